@@ -1,0 +1,12 @@
+"""crhelper for ROS: write Alibaba Cloud ROS custom-resource providers as small typed functions.
+
+Imports only the standard library: pydantic and cloud SDKs load when something uses them.
+"""
+
+from .errors import Failure, PropertiesError, RequestError
+from .provider import Provider
+from .request import Request
+from .response import Result
+
+__all__ = ["Failure", "PropertiesError", "Provider", "Request", "RequestError", "Result"]
+__version__ = "0.1.0"

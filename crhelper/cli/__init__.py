@@ -1,0 +1,1 @@
+"""The `crhelper` command."""

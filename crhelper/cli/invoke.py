@@ -1,0 +1,71 @@
+"""`crhelper invoke`: run one request locally and show the response exactly as it would be sent."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..constants import SUCCESS
+from .loading import provider_from_spec
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "invoke",
+        help="run one request against a provider, with a built-in ResponseURL server",
+        description=(
+            "Load the provider, send it the request from --event (its ResponseURLs are replaced by a local "
+            "capturing server), and print the response body exactly as the provider sent it. "
+            "The exit code is 0 for SUCCESS, 1 for FAILED, 2 when nothing valid was answered."
+        ),
+        epilog="example: crhelper invoke samples/greeting.py:provider --event samples/events/create.json",
+    )
+    parser.add_argument("provider", help="the provider: package.module:provider or path/to/file.py:provider")
+    parser.add_argument("--event", required=True, type=Path, help="a ROS request as JSON (see samples/events/)")
+    parser.add_argument("--timeout", type=float, default=None, help="act as a Function Compute function with this timeout (s)")
+    parser.add_argument("--fail-first", type=int, default=0, metavar="N", help="the ResponseURL answers 500 to the first N attempts")
+    parser.add_argument("--check", action="store_true", help="also print ROS protocol violations found in the response")
+    parser.set_defaults(func=run)
+
+
+class _Context:
+    """The parts of a Function Compute context the framework reads."""
+
+    def __init__(self, timeout: float) -> None:
+        self.request_id = "local-invoke"
+        self.function = type("Function", (), {"timeout": timeout, "name": "local", "handler": "index.handler"})()
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..local.response_server import ResponseServer
+
+    try:
+        event: Any = json.loads(args.event.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        print(f"crhelper invoke: cannot read --event {args.event}: {exc}", file=sys.stderr)
+        return 2
+    provider = provider_from_spec(args.provider)
+    with ResponseServer() as server:
+        if isinstance(event, dict):
+            server.attach(event, fail_first=args.fail_first)
+        provider.handle(event, _Context(args.timeout) if args.timeout else None)
+        accepted = [c for c in server.captures if c.status == 200]
+        if not accepted:
+            print("crhelper invoke: no response reached the ResponseURL (see the log lines above)", file=sys.stderr)
+            return 2
+        capture = accepted[0]
+        sys.stdout.write(capture.raw.decode("utf-8") + "\n")
+        attempts = len(server.captures)
+        print(
+            f"crhelper invoke: {capture.method} {len(capture.raw)} bytes after {attempts} attempt(s)",
+            file=sys.stderr,
+        )
+        if args.check or server.violations:
+            for problem in server.violations:
+                print(f"violation: {problem}", file=sys.stderr)
+        if server.violations:
+            return 2
+        return 0 if (capture.body or {}).get("Status") == SUCCESS else 1

@@ -1,0 +1,31 @@
+"""Protocol constants of ROS custom resources, named once so every module agrees."""
+
+from __future__ import annotations
+
+#: ROS rejects a response body larger than this, measured as UTF-8 bytes.
+MAX_RESPONSE_BYTES = 4096
+#: ROS rejects a PhysicalResourceId longer than this, measured as UTF-8 bytes.
+MAX_PHYSICAL_ID_BYTES = 255
+#: The longest Reason we send; the size fitter cuts it further when Data needs the room.
+MAX_REASON_CHARS = 1024
+
+SUCCESS = "SUCCESS"
+FAILED = "FAILED"
+
+CREATE = "Create"
+UPDATE = "Update"
+DELETE = "Delete"
+REQUEST_TYPES = (CREATE, UPDATE, DELETE)
+
+#: The generic ROS type; dispatched to the provider's configured default type.
+GENERIC_TYPE = "ALIYUN::ROS::CustomResource"
+
+#: Physical id sent with a FAILED Create, so the Delete that follows is recognised as a no-op.
+CREATE_FAILED_MARKER = "crhelper:CREATE_FAILED"
+#: Ids that mean "nothing was ever created" when a Delete carries them.
+NOTHING_CREATED_IDS = frozenset({"", "-", CREATE_FAILED_MARKER})
+
+#: Fields ROS puts in every request (Create has no PhysicalResourceId).
+REQUIRED_FIELDS = ("RequestType", "RequestId", "StackId", "LogicalResourceId", "ResourceType")
+#: The two names ROS documents for the internal-network callback URL.
+INTRANET_URL_FIELDS = ("IntranetResponseURL", "InnerResponseURL")

@@ -1,0 +1,131 @@
+"""From a valid request to a response body: routing, validation, calling the handler, id rules.
+
+No I/O here except the user's handler itself; the runtime decides when and where the body goes.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+from .constants import CREATE, DELETE, NOTHING_CREATED_IDS, UPDATE
+from .errors import Failure
+from .logs import get_logger
+from .properties import secret_values, validate
+from .registry import Registry, UnknownType
+from .request import Request
+from .response import (
+    Result,
+    data_problem,
+    default_physical_id,
+    failed_body,
+    failed_physical_id,
+    fit_to_limit,
+    physical_id_problem,
+    success_body,
+)
+
+_log = get_logger("dispatch")
+
+
+def failed_for(request: Request, reason: str, secrets: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """A FAILED body for this request, with the physical-id rule applied and secrets masked."""
+    body = failed_body(
+        {"StackId": request.stack_id, "RequestId": request.request_id, "LogicalResourceId": request.logical_resource_id},
+        reason,
+        failed_physical_id(request.request_type, request.physical_resource_id),
+        secrets,
+    )
+    return fit_to_limit(body)
+
+
+def exception_reason(exc: BaseException) -> str:
+    """`Type: message` for surprises, the bare text for Failure raised on purpose."""
+    if isinstance(exc, Failure):
+        return exc.reason
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def _call(registration: Any, request: Request, props: Any, old: Any) -> Any:
+    """Pass as many of (props[, old], request) as the handler declares."""
+    args: list[Any] = [props, old, request] if request.request_type == UPDATE else [props, request]
+    return registration.func(*args[: registration.shape.arity])
+
+
+def _log_exception(exc: BaseException, secrets: list[str]) -> None:
+    """The traceback goes to the log (not the Reason), with secret values masked."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    _log.error("handler raised", extra={"fields": {"traceback": text}})
+
+
+def _interpret(request: Request, returned: Any, secrets: list[str]) -> dict[str, Any]:
+    if returned is None:
+        returned = Result()
+    if not isinstance(returned, Result):
+        return failed_for(
+            request,
+            f"{request.request_type} handler returned {type(returned).__name__}; return crhelper.Result(...) or None",
+            secrets,
+        )
+    if returned.data is not None:
+        problem = data_problem(returned.data)
+        if problem:
+            return failed_for(request, problem, secrets)
+    if request.request_type == CREATE:
+        physical_id = returned.physical_id if returned.physical_id is not None else default_physical_id(request)
+        problem = physical_id_problem(physical_id)
+        if problem:
+            return failed_for(request, f"Create handler returned an invalid id: {problem}", secrets)
+    else:
+        physical_id = request.physical_resource_id or ""
+        if returned.physical_id is not None and returned.physical_id != physical_id:
+            return failed_for(
+                request,
+                f"{request.request_type} handler returned PhysicalResourceId {returned.physical_id!r} but the resource is "
+                f"{physical_id!r}; ROS forbids changing it. Keep the id (return Result(physical_id=None)) or model a "
+                "replacement as a new resource with a new logical id.",
+                secrets,
+            )
+    return fit_to_limit(success_body(request, physical_id, returned.data))
+
+
+def dispatch(registry: Registry, request: Request, default_type: str | None) -> dict[str, Any]:
+    """The response body for `request`. Never raises for anything the handler or the input does."""
+    try:
+        resource_type = registry.resolve_type(request.resource_type, default_type)
+    except UnknownType as exc:
+        return failed_for(request, str(exc))
+
+    if request.request_type == DELETE and (request.physical_resource_id or "") in NOTHING_CREATED_IDS:
+        _log.info("delete of a resource that was never created: answered without calling the handler")
+        return fit_to_limit(success_body(request, request.physical_resource_id or failed_physical_id(CREATE, None), None))
+
+    registration = registry.get(resource_type, request.request_type)
+    if registration is None:
+        if request.request_type == DELETE:
+            return fit_to_limit(success_body(request, request.physical_resource_id or "", None))
+        return failed_for(
+            request,
+            f"no {request.request_type} handler registered for {resource_type}; "
+            f"registered: {', '.join(registry.operations(resource_type)) or 'none'}",
+        )
+
+    secrets: list[str] = []
+    try:
+        model = registration.shape.model
+        props = validate(model, request.properties, "ResourceProperties")
+        secrets = secret_values(props)
+        old = None
+        if request.request_type == UPDATE:
+            old = validate(model, request.old_properties or {}, "OldResourceProperties")
+            secrets += secret_values(old)
+        returned = _call(registration, request, props, old)
+    except Exception as exc:
+        if not isinstance(exc, Failure):
+            _log_exception(exc, secrets)
+        return failed_for(request, exception_reason(exc), secrets)
+    return _interpret(request, returned, secrets)

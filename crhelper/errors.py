@@ -1,0 +1,19 @@
+"""Exceptions a provider raises on purpose, and the framework's own request errors."""
+
+from __future__ import annotations
+
+
+class Failure(Exception):
+    """Raise in a handler to answer FAILED with exactly this Reason (no type prefix)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class RequestError(ValueError):
+    """The incoming request is not a valid ROS request; the message names the field and the rule."""
+
+
+class PropertiesError(Failure):
+    """ResourceProperties failed validation; the Reason lists fields and rules, never values."""

@@ -1,0 +1,79 @@
+"""The object a provider author creates: decorators to register handlers, entry points to run them."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, TypeVar
+
+from .config import ConfigError, Settings
+from .constants import CREATE, DELETE, UPDATE
+from .logs import configure
+from .registry import Registry
+from .runtime import answer_failure, handle_event
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Provider:
+    """Hosts any number of resource types. Handlers return values; the provider owns the protocol.
+
+    `default_type` routes the generic `ALIYUN::ROS::CustomResource` type (also `CRHELPER_DEFAULT_TYPE`).
+    `settings` fixes the configuration; by default it is read from the environment on each request.
+    """
+
+    def __init__(self, default_type: str | None = None, *, settings: Settings | None = None) -> None:
+        self.registry = Registry()
+        self.default_type = default_type
+        self._settings = settings
+
+    def _register(self, resource_type: str, operation: str) -> Callable[[F], F]:
+        def decorator(func: F) -> F:
+            self.registry.add(resource_type, operation, func)
+            return func
+
+        return decorator
+
+    def create(self, resource_type: str) -> Callable[[F], F]:
+        """`@provider.create("Custom::X")` on `def f(props, request) -> Result | None`."""
+        return self._register(resource_type, CREATE)
+
+    def update(self, resource_type: str) -> Callable[[F], F]:
+        """`@provider.update("Custom::X")` on `def f(props, old, request) -> Result | None`."""
+        return self._register(resource_type, UPDATE)
+
+    def delete(self, resource_type: str) -> Callable[[F], F]:
+        """`@provider.delete("Custom::X")` on `def f(props, request) -> None`."""
+        return self._register(resource_type, DELETE)
+
+    @property
+    def types(self) -> list[str]:
+        return self.registry.types
+
+    def settings(self) -> Settings:
+        settings = self._settings or Settings.from_env()
+        if self.default_type and not settings.default_type:
+            settings = Settings(
+                delivery=settings.delivery,
+                default_type=self.default_type,
+                timeout_margin=settings.timeout_margin,
+                on_function_compute=settings.on_function_compute,
+            )
+        return settings
+
+    def handle(self, event: Any, context: object | None = None) -> dict[str, Any] | None:
+        """Run the whole protocol for one event; returns the response body sent (None if none could be)."""
+        configure()
+        try:
+            settings = self.settings()
+        except ConfigError as exc:  # still answer: the stack must not wait for a typo in an env var
+            result, _report = answer_failure(event, f"provider misconfigured: {exc}", Settings())
+            return result.body
+        result, _report = handle_event(self.registry, event, settings, context)
+        return result.body
+
+    def fc_handler(self, event: Any, context: object | None = None) -> str:
+        """Function Compute entry: `handler = provider.fc_handler`. The reply goes to the ResponseURL;
+        the return value (the same body) only helps synchronous callers and logs."""
+        body = self.handle(event, context)
+        import json
+
+        return json.dumps(body if body is not None else {"Status": "FAILED", "Reason": "request could not be answered"})

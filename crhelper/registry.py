@@ -1,0 +1,71 @@
+"""Which function handles which (ResourceType, operation); resolution of the generic type (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .constants import CREATE, DELETE, GENERIC_TYPE, REQUEST_TYPES, UPDATE
+from .properties import HandlerShape, handler_shape
+
+Handler = Callable[..., Any]
+
+
+@dataclass
+class Registration:
+    func: Handler
+    _shape: HandlerShape | None = field(default=None, repr=False)
+
+    @property
+    def shape(self) -> HandlerShape:
+        """Resolved on first use, so models defined after the decorator still work."""
+        if self._shape is None:
+            self._shape = handler_shape(self.func)
+        return self._shape
+
+
+class UnknownType(LookupError):
+    pass
+
+
+class Registry:
+    """Resource type → operation → handler. Filled at import time by decorators, read-only afterwards."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, dict[str, Registration]] = {}
+
+    def add(self, resource_type: str, operation: str, func: Handler) -> None:
+        if operation not in REQUEST_TYPES:
+            raise ValueError(f"operation must be one of {', '.join(REQUEST_TYPES)}, got {operation!r}")
+        if not resource_type.startswith("Custom::") and resource_type != GENERIC_TYPE:
+            raise ValueError(f"resource type must be 'Custom::<Name>' or {GENERIC_TYPE}, got {resource_type!r}")
+        operations = self._handlers.setdefault(resource_type, {})
+        if operation in operations:
+            raise ValueError(f"{operation} handler for {resource_type} is already registered ({operations[operation].func.__qualname__})")
+        operations[operation] = Registration(func)
+
+    @property
+    def types(self) -> list[str]:
+        return sorted(self._handlers)
+
+    def operations(self, resource_type: str) -> list[str]:
+        return [op for op in (CREATE, UPDATE, DELETE) if op in self._handlers.get(resource_type, {})]
+
+    def resolve_type(self, resource_type: str, default_type: str | None) -> str:
+        """The registered type a request is for; the generic type goes to the default when one is set."""
+        if resource_type in self._handlers:
+            return resource_type
+        if resource_type == GENERIC_TYPE and default_type:
+            if default_type in self._handlers:
+                return default_type
+            raise UnknownType(
+                f"default type {default_type!r} for {GENERIC_TYPE} is not registered; "
+                f"registered types: {', '.join(self.types) or 'none'}"
+            )
+        hint = f"; set CRHELPER_DEFAULT_TYPE to route {GENERIC_TYPE}" if resource_type == GENERIC_TYPE else ""
+        raise UnknownType(
+            f"unknown ResourceType {resource_type!r}; this provider handles: {', '.join(self.types) or 'nothing'}{hint}"
+        )
+
+    def get(self, resource_type: str, operation: str) -> Registration | None:
+        return self._handlers.get(resource_type, {}).get(operation)

@@ -1,0 +1,171 @@
+"""Building the ROS response body: physical-id rules, Reason hygiene and the 4,096-byte budget (pure)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from .constants import (
+    CREATE,
+    CREATE_FAILED_MARKER,
+    FAILED,
+    MAX_PHYSICAL_ID_BYTES,
+    MAX_REASON_CHARS,
+    MAX_RESPONSE_BYTES,
+    SUCCESS,
+)
+from .request import Request
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a handler returns: the physical id (Create only; None keeps or derives it) and the attributes."""
+
+    physical_id: str | None = None
+    data: Mapping[str, Any] | None = None
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+_TRUNCATED = " …[truncated]"
+
+
+def encode(body: Mapping[str, Any]) -> bytes:
+    """The exact bytes we send; their length is what ROS measures."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _cut_utf8(text: str, max_bytes: int) -> str:
+    raw = text.encode("utf-8")
+    if len(raw) <= max_bytes:
+        return text
+    return raw[:max_bytes].decode("utf-8", errors="ignore")
+
+
+def clean_reason(reason: str, secrets: Iterable[str] = ()) -> str:
+    """One readable line: control characters folded, secret values masked, the head kept."""
+    for secret in secrets:
+        if secret:
+            reason = reason.replace(secret, "***")
+    reason = _CONTROL.sub(" ", reason).strip() or "unknown error"
+    if len(reason) > MAX_REASON_CHARS:
+        reason = reason[: MAX_REASON_CHARS - len(_TRUNCATED)] + _TRUNCATED
+    return reason
+
+
+def default_physical_id(request: Request) -> str:
+    """Deterministic per request (a retried Create gets the same id), unique per resource, ≤ 255 bytes."""
+    digest = hashlib.sha256(
+        "\x1f".join((request.stack_id, request.logical_resource_id, request.request_id)).encode("utf-8")
+    ).hexdigest()[:16]
+    prefix = f"{request.stack_name or 'stack'}-{request.logical_resource_id}"
+    return f"{_cut_utf8(prefix, MAX_PHYSICAL_ID_BYTES - 17)}-{digest}"
+
+
+def physical_id_problem(physical_id: object) -> str | None:
+    """Why a physical id cannot be sent, or None when it can."""
+    if not isinstance(physical_id, str):
+        return f"PhysicalResourceId must be a string, got {type(physical_id).__name__}"
+    if not physical_id:
+        return "PhysicalResourceId must not be empty"
+    size = len(physical_id.encode("utf-8"))
+    if size > MAX_PHYSICAL_ID_BYTES:
+        return f"PhysicalResourceId is {size} bytes; ROS allows at most {MAX_PHYSICAL_ID_BYTES}"
+    return None
+
+
+def data_problem(data: object) -> str | None:
+    """Why Data cannot be sent as a JSON object, naming the key at fault."""
+    if not isinstance(data, Mapping):
+        return f"Data must be a JSON object (a mapping), got {type(data).__name__}"
+    for key, value in data.items():
+        if not isinstance(key, str):
+            return f"Data key {key!r} must be a string"
+        try:
+            json.dumps(value, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            return f"Data[{key!r}] is not JSON-serialisable: {exc}"
+    return None
+
+
+def _echo(fields: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: str(fields.get(name) or "") for name in ("StackId", "RequestId", "LogicalResourceId")}
+
+
+def echo_fields(request: Request) -> dict[str, str]:
+    """The identifiers every response copies unchanged from its request."""
+    return {
+        "StackId": request.stack_id,
+        "RequestId": request.request_id,
+        "LogicalResourceId": request.logical_resource_id,
+    }
+
+
+def failed_physical_id(request_type: str, physical_id: str | None) -> str:
+    """A FAILED Create carries the marker, so the Delete ROS may send next is known to be a no-op."""
+    if request_type == CREATE or not physical_id:
+        return CREATE_FAILED_MARKER
+    return physical_id
+
+
+def failed_body(echo: Mapping[str, Any], reason: str, physical_id: str, secrets: Iterable[str] = ()) -> dict[str, Any]:
+    return {
+        "Status": FAILED,
+        "Reason": clean_reason(reason, secrets),
+        "PhysicalResourceId": physical_id,
+        **_echo(echo),
+    }
+
+
+def failed_body_from_raw(raw: Mapping[str, Any], reason: str) -> dict[str, Any]:
+    """For a request that failed validation: echo what it has, use the id rules on what we can read."""
+    request_type = raw.get("RequestType")
+    physical_id = raw.get("PhysicalResourceId")
+    return fit_to_limit(
+        failed_body(
+            raw,
+            reason,
+            failed_physical_id(
+                request_type if isinstance(request_type, str) else CREATE,
+                physical_id if isinstance(physical_id, str) else None,
+            ),
+        )
+    )
+
+
+def success_body(request: Request, physical_id: str, data: Mapping[str, Any] | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"Status": SUCCESS, "PhysicalResourceId": physical_id, **echo_fields(request)}
+    body["Data"] = dict(data or {})
+    return body
+
+
+def _largest_keys(data: Mapping[str, Any], count: int = 3) -> str:
+    sizes = sorted(
+        ((len(encode({key: value})) - 2, key) for key, value in data.items()), reverse=True
+    )[:count]
+    return ", ".join(f"{key} ({size} B)" for size, key in sizes)
+
+
+def fit_to_limit(body: dict[str, Any]) -> dict[str, Any]:
+    """Make the body fit 4,096 UTF-8 bytes: never cut Data silently; cut a Reason keeping its head."""
+    size = len(encode(body))
+    if size <= MAX_RESPONSE_BYTES:
+        return body
+    if body.get("Status") == SUCCESS:
+        data = body.get("Data") or {}
+        reason = (
+            f"response is {size} bytes, ROS accepts at most {MAX_RESPONSE_BYTES}; "
+            f"Data is too large, largest keys: {_largest_keys(data)}. "
+            "Return less in Data (store large values elsewhere and return a reference)."
+        )
+        body = {k: v for k, v in body.items() if k != "Data"}
+        body.update(Status=FAILED, Reason=clean_reason(reason))
+        size = len(encode(body))
+        if size <= MAX_RESPONSE_BYTES:
+            return body
+    reason = str(body.get("Reason", ""))
+    overflow = size - MAX_RESPONSE_BYTES
+    keep = max(0, len(reason.encode("utf-8")) - overflow - len(_TRUNCATED.encode("utf-8")))
+    return {**body, "Reason": _cut_utf8(reason, keep) + _TRUNCATED}

@@ -1,0 +1,40 @@
+"""Shared fixtures: the capturing ResponseURL server that checks ROS's rules on every response."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from crhelper.testing import ResponseServer
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+@pytest.fixture
+def shared_dir() -> Path:
+    if not SHARED.is_dir():
+        pytest.fail(f"reference material not found at {SHARED}; CI keeps shared/ beside the checkout")
+    return SHARED
+
+
+@pytest.fixture
+def response_server(request: pytest.FixtureRequest) -> Iterator[ResponseServer]:
+    """A real HTTP ResponseURL server; any protocol violation it saw fails the test at teardown,
+    unless the test is marked `allow_violations` (tests that send bad responses on purpose)."""
+    with ResponseServer() as server:
+        yield server
+    if request.node.get_closest_marker("allow_violations") is None:
+        assert server.violations == [], f"protocol violations: {server.violations}"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep every test's persisted state out of the user's ~/.crhelper."""
+    monkeypatch.setenv("CRHELPER_HOME", str(tmp_path_factory.mktemp("crhelper-home")))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "allow_violations: the test provokes protocol violations on purpose")
