@@ -8,7 +8,7 @@ from .config import ConfigError, Settings
 from .constants import CREATE, DELETE, UPDATE
 from .logs import configure
 from .registry import Registry
-from .runtime import answer_failure, handle_event
+from .runtime import answer, answer_failure, failure_answer, handle_event
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -69,6 +69,19 @@ class Provider:
             return result.body
         result, _report = handle_event(self.registry, event, settings, context)
         return result.body
+
+    def respond(self, event: Any, *, within: float | None = None) -> dict[str, Any] | None:
+        """The response body without sending it, for transports that reply in-band (`web[sync]`).
+        With `within` seconds, a handler still running then is answered FAILED "timed out"."""
+        import time
+
+        configure()
+        try:
+            settings = self.settings()
+        except ConfigError as exc:
+            return failure_answer(event, f"provider misconfigured: {exc}").body
+        deadline = time.monotonic() + within if within is not None else None
+        return answer(self.registry, event, settings, deadline=deadline).body
 
     def fc_handler(self, event: Any, context: object | None = None) -> str:
         """Function Compute entry: `handler = provider.fc_handler`. The reply goes to the ResponseURL;

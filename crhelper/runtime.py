@@ -137,7 +137,7 @@ def handle_event(
         result = answer(registry, event, settings, deadline=deadline, margin=margin)
     except Exception as exc:  # a bug of ours must not leave the stack waiting
         _log.exception("internal error while handling a request")
-        result = _internal_failure(event, exc)
+        result = failure_answer(event, f"internal error in crhelper: {type(exc).__name__}: {exc}")
     if result.body is None:
         _log.error("request cannot be answered", extra={"fields": {"error": result.error}})
         return result, outbound.DeliveryReport(False, 0, error=result.error)
@@ -145,28 +145,22 @@ def handle_event(
     return result, report
 
 
-def _internal_failure(event: Any, exc: Exception) -> Answer:
-    try:
-        raw = decode_event(event)
-    except RequestError as decode_error:
-        return Answer(None, error=str(decode_error))
-    public, intranet = response_urls_of(raw)
-    if public is None and intranet is None:
-        return Answer(None, error=f"internal error and no ResponseURL: {type(exc).__name__}")
-    return Answer(failed_body_from_raw(raw, f"internal error in crhelper: {type(exc).__name__}: {exc}"), None, public, intranet)
-
-
-def answer_failure(event: Any, reason: str, settings: Settings) -> tuple[Answer, outbound.DeliveryReport]:
-    """Answer FAILED without a provider (e.g. the provider module failed to import)."""
+def failure_answer(event: Any, reason: str) -> Answer:
+    """A FAILED answer for an event without consulting any provider (import or configuration failure)."""
     try:
         raw = decode_event(event)
     except RequestError as exc:
-        _log.error("request cannot be answered", extra={"fields": {"error": str(exc), "reason": reason}})
-        return Answer(None, error=str(exc)), outbound.DeliveryReport(False, 0, error=str(exc))
+        return Answer(None, error=str(exc))
     public, intranet = response_urls_of(raw)
     if public is None and intranet is None:
-        error = f"no ResponseURL to report: {reason}"
-        _log.error("request cannot be answered", extra={"fields": {"error": error}})
-        return Answer(None, error=error), outbound.DeliveryReport(False, 0, error=error)
-    result = Answer(failed_body_from_raw(raw, reason), None, public, intranet)
+        return Answer(None, error=f"no ResponseURL to report: {reason}")
+    return Answer(failed_body_from_raw(raw, reason), None, public, intranet)
+
+
+def answer_failure(event: Any, reason: str, settings: Settings) -> tuple[Answer, outbound.DeliveryReport]:
+    """Answer FAILED without a provider (e.g. the provider module failed to import) and send it."""
+    result = failure_answer(event, reason)
+    if result.body is None:
+        _log.error("request cannot be answered", extra={"fields": {"error": result.error, "reason": reason}})
+        return result, outbound.DeliveryReport(False, 0, error=result.error)
     return result, send(result, settings)

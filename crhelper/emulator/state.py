@@ -1,0 +1,171 @@
+"""Persists stacks in sqlite under $CRHELPER_HOME (default ~/.crhelper), file `stacks.sqlite`.
+
+Every CLI invocation is a new process, so the store is the only memory the emulator has:
+each engine checkpoint rewrites the stack row and its resource rows in one transaction, and
+events are appended as they happen so `events` in another process sees a running operation.
+Values are stored unmasked (updates need them); the file is created readable by the owner only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from .model import ResourceRecord, StackEvent, StackRecord
+
+DB_FILE = "stacks.sqlite"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS stacks (
+    name TEXT PRIMARY KEY,
+    stack_id TEXT NOT NULL UNIQUE,
+    region TEXT NOT NULL,
+    account_id TEXT NOT NULL,
+    template_text TEXT NOT NULL,
+    parameters TEXT NOT NULL,
+    no_echo TEXT NOT NULL,
+    status TEXT NOT NULL,
+    status_reason TEXT NOT NULL,
+    outputs TEXT NOT NULL,
+    disable_rollback INTEGER NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS resources (
+    stack_id TEXT NOT NULL,
+    logical_id TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    resource_type TEXT NOT NULL,
+    physical_id TEXT,
+    status TEXT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (stack_id, logical_id)
+);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    stack_id TEXT NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_stack ON events (stack_id, seq);
+"""
+
+
+def default_home() -> Path:
+    """$CRHELPER_HOME, else ~/.crhelper."""
+    configured = os.environ.get("CRHELPER_HOME")
+    return Path(configured).expanduser() if configured else Path.home() / ".crhelper"
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+class StackStore:
+    """Load, save and list stacks; each call opens its own short-lived connection."""
+
+    def __init__(self, home: str | os.PathLike[str] | None = None) -> None:
+        self.home = Path(home).expanduser() if home is not None else default_home()
+        self.path = self.home / DB_FILE
+        self.home.mkdir(parents=True, exist_ok=True)
+        if not self.path.exists():
+            self.path.touch(mode=0o600)
+        with self._connect() as db:
+            db.executescript(_SCHEMA)
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self.path, timeout=30)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            with db:
+                yield db
+        finally:
+            db.close()
+
+    def save(self, record: StackRecord) -> None:
+        with self._connect() as db:
+            db.execute("DELETE FROM stacks WHERE name = ? AND stack_id != ?", (record.name, record.stack_id))
+            db.execute(
+                "INSERT OR REPLACE INTO stacks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    record.name,
+                    record.stack_id,
+                    record.region,
+                    record.account_id,
+                    record.template_text,
+                    _dump(record.parameters),
+                    _dump(record.no_echo),
+                    record.status,
+                    record.status_reason,
+                    _dump(record.outputs),
+                    int(record.disable_rollback),
+                    record.created_at,
+                    record.updated_at,
+                ),
+            )
+            db.execute("DELETE FROM resources WHERE stack_id = ?", (record.stack_id,))
+            db.executemany(
+                "INSERT INTO resources VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (record.stack_id, r.logical_id, i, r.resource_type, r.physical_id, r.status, _dump(r.to_dict()))
+                    for i, r in enumerate(record.resources.values())
+                ],
+            )
+
+    def load(self, name: str) -> StackRecord | None:
+        with self._connect() as db:
+            row = db.execute(
+                "SELECT name, stack_id, region, account_id, template_text, parameters, no_echo, status, "
+                "status_reason, outputs, disable_rollback, created_at, updated_at FROM stacks WHERE name = ?",
+                (name,),
+            ).fetchone()
+            if row is None:
+                return None
+            resources = db.execute(
+                "SELECT body FROM resources WHERE stack_id = ? ORDER BY position", (row[1],)
+            ).fetchall()
+        record = StackRecord(
+            name=row[0],
+            stack_id=row[1],
+            region=row[2],
+            account_id=row[3],
+            template_text=row[4],
+            parameters=json.loads(row[5]),
+            no_echo=json.loads(row[6]),
+            status=row[7],
+            status_reason=row[8],
+            outputs=json.loads(row[9]),
+            disable_rollback=bool(row[10]),
+            created_at=row[11],
+            updated_at=row[12],
+        )
+        for (body,) in resources:
+            resource = ResourceRecord.from_dict(json.loads(body))
+            record.resources[resource.logical_id] = resource
+        return record
+
+    def names(self) -> list[str]:
+        with self._connect() as db:
+            return [row[0] for row in db.execute("SELECT name FROM stacks ORDER BY created_at, name")]
+
+    def remove(self, record: StackRecord) -> None:
+        """Forget a stack and its history (used before re-creating a deleted stack's name)."""
+        with self._connect() as db:
+            db.execute("DELETE FROM stacks WHERE stack_id = ?", (record.stack_id,))
+            db.execute("DELETE FROM resources WHERE stack_id = ?", (record.stack_id,))
+            db.execute("DELETE FROM events WHERE stack_id = ?", (record.stack_id,))
+
+    def append_event(self, event: StackEvent) -> None:
+        with self._connect() as db:
+            db.execute("INSERT INTO events (stack_id, body) VALUES (?, ?)", (event.stack_id, _dump(event.to_dict())))
+
+    def events(self, stack_id: str) -> list[StackEvent]:
+        with self._connect() as db:
+            rows = db.execute("SELECT body FROM events WHERE stack_id = ? ORDER BY seq", (stack_id,)).fetchall()
+        return [StackEvent(**json.loads(body)) for (body,) in rows]

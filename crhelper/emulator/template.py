@@ -1,0 +1,235 @@
+"""Structural validation of a ROS template, independent of parameter values (pure).
+
+`load_template` returns a `Template` or raises TemplateValidationError listing every problem
+with its key path, e.g. `Resources.Echo.Properties.Parameters.Text: Ref to unknown name 'X'`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import TemplateValidationError
+from .intrinsics import Scope, check, check_condition
+from .parameters import ParameterSpec, parse_parameter_spec
+from .yamlfmt import parse_document
+
+FORMAT_VERSION = "2015-09-01"
+GENERIC_TYPE = "ALIYUN::ROS::CustomResource"
+TOP_LEVEL_KEYS = frozenset(
+    {"ROSTemplateFormatVersion", "Description", "Metadata", "Parameters", "Mappings", "Conditions", "Resources", "Outputs"}
+)
+#: Real ROS sections this emulator does not evaluate; rejected rather than silently ignored.
+UNSUPPORTED_TOP_LEVEL_KEYS = frozenset({"Rules", "Locals", "Workspace"})
+RESOURCE_KEYS = frozenset({"Type", "Properties", "Condition", "DependsOn", "DeletionPolicy", "Metadata", "Description"})
+PROPERTY_KEYS = frozenset({"ServiceToken", "Timeout", "Parameters", "HttpConfig"})
+OUTPUT_KEYS = frozenset({"Value", "Description", "Condition", "Label"})
+DELETION_POLICIES = ("Delete", "Retain")
+_CUSTOM_TYPE = re.compile(r"Custom::[A-Za-z0-9_@-]{1,68}")
+_LOGICAL_ID = re.compile(r"[A-Za-z0-9_-]{1,255}")
+
+
+@dataclass(frozen=True)
+class ResourceSpec:
+    """A custom resource entry; property values are still unevaluated expressions."""
+
+    logical_id: str
+    type: str
+    service_token: Any
+    timeout: Any
+    parameters: Any
+    condition: str | None
+    depends_on: tuple[str, ...]
+    deletion_policy: str
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    key: str
+    value: Any
+    description: str
+    condition: str | None
+
+
+@dataclass(frozen=True)
+class Template:
+    """A structurally valid template (what still depends on parameter values is checked in plan.py)."""
+
+    parameters: dict[str, ParameterSpec]
+    mappings: dict[str, Any]
+    conditions: dict[str, Any]
+    resources: dict[str, ResourceSpec]
+    outputs: dict[str, OutputSpec]
+    description: str = ""
+
+
+def load_template(text: str) -> Template:
+    """Parse and validate template text; raises TemplateValidationError with all problems."""
+    try:
+        document = parse_document(text)
+    except ValueError as exc:
+        raise TemplateValidationError([str(exc)]) from None
+    errors: list[str] = []
+    template = _build(document, errors)
+    if errors or template is None:
+        raise TemplateValidationError(errors)
+    return template
+
+
+def _section(document: dict[str, Any], key: str, errors: list[str]) -> dict[str, Any]:
+    value = document.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        errors.append(f"{key}: must be a map")
+        return {}
+    return value
+
+
+def _build(document: Any, errors: list[str]) -> Template | None:
+    if not isinstance(document, dict):
+        errors.append("template: the document must be a map of sections")
+        return None
+    version = document.get("ROSTemplateFormatVersion")
+    if version is None:
+        errors.append(f"ROSTemplateFormatVersion: required, must be '{FORMAT_VERSION}'")
+    elif str(version) != FORMAT_VERSION:
+        errors.append(f"ROSTemplateFormatVersion: must be '{FORMAT_VERSION}', got {version!r}")
+    for key in document:
+        if key in UNSUPPORTED_TOP_LEVEL_KEYS:
+            errors.append(f"{key}: section not supported by the local emulator")
+        elif key not in TOP_LEVEL_KEYS:
+            errors.append(f"{key}: unknown top-level key")
+
+    parameters: dict[str, ParameterSpec] = {}
+    for name, raw in _section(document, "Parameters", errors).items():
+        spec, spec_errors = parse_parameter_spec(str(name), raw)
+        errors.extend(spec_errors)
+        if spec is not None:
+            parameters[str(name)] = spec
+    mappings = _mappings(_section(document, "Mappings", errors), errors)
+    conditions = _section(document, "Conditions", errors)
+    raw_resources = _section(document, "Resources", errors)
+    if not raw_resources and isinstance(document.get("Resources", {}), dict):
+        errors.append("Resources: at least one resource is required")
+    raw_outputs = _section(document, "Outputs", errors)
+
+    declared_parameters = frozenset(_section(document, "Parameters", []).keys())
+    scope = Scope(
+        parameters=declared_parameters,
+        resources=frozenset(str(k) for k in raw_resources),
+        conditions=frozenset(str(k) for k in conditions),
+        mappings=mappings,
+    )
+    clash = scope.parameters & scope.resources
+    errors.extend(f"Resources.{name}: the name is also a parameter name" for name in sorted(clash))
+    condition_scope = Scope(scope.parameters, scope.resources, scope.conditions, mappings, in_conditions=True)
+    for name, expr in conditions.items():
+        errors.extend(check_condition(expr, f"Conditions.{name}", condition_scope))
+
+    resources = {}
+    for name, raw in raw_resources.items():
+        spec = _resource(str(name), raw, scope, errors)
+        if spec is not None:
+            resources[str(name)] = spec
+    outputs = {}
+    for name, raw in raw_outputs.items():
+        output = _output(str(name), raw, scope, errors)
+        if output is not None:
+            outputs[str(name)] = output
+    description = document.get("Description")
+    return Template(
+        parameters=parameters,
+        mappings=mappings,
+        conditions=conditions,
+        resources=resources,
+        outputs=outputs,
+        description=description if isinstance(description, str) else "",
+    )
+
+
+def _mappings(raw: dict[str, Any], errors: list[str]) -> dict[str, Any]:
+    for name, level in raw.items():
+        if not isinstance(level, dict) or not all(isinstance(v, dict) for v in level.values()):
+            errors.append(f"Mappings.{name}: must be a map of maps (Name: {{TopKey: {{SecondKey: value}}}})")
+    return {str(k): v for k, v in raw.items()}
+
+
+def _condition_name(value: Any, path: str, scope: Scope, errors: list[str]) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in scope.conditions:
+        errors.append(f"{path}: unknown condition {value!r}")
+        return None
+    return value
+
+
+def _resource(name: str, raw: Any, scope: Scope, errors: list[str]) -> ResourceSpec | None:
+    path = f"Resources.{name}"
+    if not _LOGICAL_ID.fullmatch(name):
+        errors.append(f"{path}: logical id may only use letters, digits, '_' and '-'")
+    if not isinstance(raw, dict):
+        errors.append(f"{path}: must be a map")
+        return None
+    for key in raw:
+        if key not in RESOURCE_KEYS:
+            errors.append(f"{path}.{key}: unknown resource key")
+    rtype = raw.get("Type")
+    if not isinstance(rtype, str) or not (rtype == GENERIC_TYPE or _CUSTOM_TYPE.fullmatch(rtype)):
+        errors.append(
+            f"{path}.Type: unsupported resource type {rtype!r}; the emulator runs "
+            f"'Custom::<Name>' (letters, digits, _ @ -, up to 68) and '{GENERIC_TYPE}'"
+        )
+    properties = raw.get("Properties")
+    if not isinstance(properties, dict):
+        errors.append(f"{path}.Properties: required map with ServiceToken")
+        properties = {}
+    for key in properties:
+        if key not in PROPERTY_KEYS:
+            errors.append(f"{path}.Properties.{key}: unknown property (allowed: {', '.join(sorted(PROPERTY_KEYS))})")
+    if "ServiceToken" not in properties and isinstance(raw.get("Properties"), dict):
+        errors.append(f"{path}.Properties.ServiceToken: required")
+    for key in ("ServiceToken", "Timeout", "Parameters", "HttpConfig"):
+        if key in properties:
+            errors.extend(check(properties[key], f"{path}.Properties.{key}", scope))
+    depends_on_raw = raw.get("DependsOn", [])
+    depends_on = [depends_on_raw] if isinstance(depends_on_raw, str) else depends_on_raw
+    if not isinstance(depends_on, list) or not all(isinstance(d, str) for d in depends_on):
+        errors.append(f"{path}.DependsOn: must be a resource name or a list of them")
+        depends_on = []
+    for target in depends_on:
+        if target not in scope.resources:
+            errors.append(f"{path}.DependsOn: unknown resource '{target}'")
+        elif target == name:
+            errors.append(f"{path}.DependsOn: a resource cannot depend on itself")
+    policy = raw.get("DeletionPolicy", "Delete")
+    if policy not in DELETION_POLICIES:
+        errors.append(f"{path}.DeletionPolicy: must be Delete or Retain, got {policy!r}")
+    condition = _condition_name(raw.get("Condition"), f"{path}.Condition", scope, errors)
+    return ResourceSpec(
+        logical_id=name,
+        type=rtype if isinstance(rtype, str) else "",
+        service_token=properties.get("ServiceToken"),
+        timeout=properties.get("Timeout"),
+        parameters=properties.get("Parameters", {}),
+        condition=condition,
+        depends_on=tuple(dict.fromkeys(depends_on)),
+        deletion_policy=policy if policy in DELETION_POLICIES else "Delete",
+    )
+
+
+def _output(name: str, raw: Any, scope: Scope, errors: list[str]) -> OutputSpec | None:
+    path = f"Outputs.{name}"
+    if not isinstance(raw, dict):
+        errors.append(f"{path}: must be a map with Value")
+        return None
+    for key in raw:
+        if key not in OUTPUT_KEYS:
+            errors.append(f"{path}.{key}: unknown output key")
+    if "Value" not in raw:
+        errors.append(f"{path}.Value: required")
+    errors.extend(check(raw.get("Value"), f"{path}.Value", scope))
+    condition = _condition_name(raw.get("Condition"), f"{path}.Condition", scope, errors)
+    description = raw.get("Description", "")
+    return OutputSpec(name, raw.get("Value"), description if isinstance(description, str) else "", condition)

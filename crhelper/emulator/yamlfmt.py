@@ -1,0 +1,51 @@
+"""Reading template text: JSON, or YAML with the ROS short-form tags (!Ref, !GetAtt, !Sub, ...)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+
+class _TemplateLoader(yaml.SafeLoader):
+    """SafeLoader that keeps dates as text and turns `!Name` tags into function objects."""
+
+
+def _keep_timestamp_text(loader: yaml.SafeLoader, node: yaml.Node) -> str:
+    return str(loader.construct_scalar(node))  # type: ignore[arg-type]
+
+
+def _short_form(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
+    key = suffix if suffix in ("Ref", "Condition") else f"Fn::{suffix}"
+    value: Any
+    if isinstance(node, yaml.ScalarNode):
+        value = loader.construct_scalar(node)
+        if suffix == "GetAtt" and isinstance(value, str) and "." in value:
+            value = value.split(".", 1)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+    return {key: value}
+
+
+_TemplateLoader.add_constructor("tag:yaml.org,2002:timestamp", _keep_timestamp_text)
+_TemplateLoader.add_multi_constructor("!", _short_form)
+
+
+def parse_document(text: str) -> Any:
+    """Parse template text; raises ValueError naming the line of a syntax error."""
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"template is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    try:
+        return yaml.load(text, Loader=_TemplateLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ValueError(f"template is not valid YAML: {problem}{where}") from None

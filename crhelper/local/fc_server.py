@@ -1,0 +1,269 @@
+"""A local Function Compute 2.0 endpoint that the real `fc2` SDK can invoke.
+
+    with LocalFunctionCompute() as fc:
+        fc.register("svc", "fn", "index.handler", timeout=30)
+        fc.client().invoke_function("svc", "fn", payload=b"{}")
+
+Standalone: `python -m crhelper.local.fc_server --function svc/fn=index.handler`, with the
+access key taken from ALIBABA_CLOUD_ACCESS_KEY_ID / ALIBABA_CLOUD_ACCESS_KEY_SECRET.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import secrets
+import signal
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Mapping, Sequence
+from urllib.parse import urlsplit
+
+from crhelper.local.fc_api import ApiResponse, AsyncSettings, FcApi
+from crhelper.local.fc_auth import MAX_CLOCK_SKEW_SECONDS, AccessKey
+from crhelper.local.fc_protocol import FcApiError
+from crhelper.local.fc_records import InvocationJournal, InvocationRecord
+from crhelper.local.fc_registry import FunctionRegistry, FunctionSpec
+from crhelper.local.fc_runner import ProcessRunner
+
+_log = logging.getLogger(__name__)
+
+
+def _read_chunked(rfile: Any) -> bytes:
+    chunks = []
+    while True:
+        size = int(rfile.readline().split(b";")[0].strip(), 16)
+        if size == 0:
+            while rfile.readline() not in (b"\r\n", b"\n", b""):
+                pass
+            return b"".join(chunks)
+        chunks.append(rfile.read(size))
+        rfile.readline()
+
+
+class _FcHttpServer(ThreadingHTTPServer):
+    daemon_threads = True
+    api: FcApi
+
+
+class _FcRequestHandler(BaseHTTPRequestHandler):
+    """Translates HTTP to `FcApi.handle` and back."""
+
+    protocol_version = "HTTP/1.1"
+    server: _FcHttpServer
+
+    def _read_body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            return _read_chunked(self.rfile)
+        length = self.headers.get("Content-Length", "0") or "0"
+        if not length.isdigit():
+            raise FcApiError(400, "InvalidArgument", "header Content-Length must be an integer")
+        return self.rfile.read(int(length)) if int(length) else b""
+
+    def _dispatch(self) -> None:
+        headers: dict[str, str] = {}
+        for name, value in self.headers.items():
+            headers.setdefault(name.lower(), value)
+        try:
+            body = self._read_body()
+        except FcApiError as err:
+            self.close_connection = True
+            response = ApiResponse(err.status, {"Content-Type": "application/json"}, err.body())
+        else:
+            response = self.server.api.handle(self.command, self.path, headers, body)
+        self.send_response(response.status)
+        for name, value in response.headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(response.body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(response.body)
+
+    do_POST = do_GET = do_PUT = do_DELETE = do_HEAD = _dispatch
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        _log.debug("%s %s", self.command, urlsplit(self.path).path)
+
+
+class LocalFunctionCompute:
+    """FC 2.0 invoke endpoint on 127.0.0.1 running registered Python handlers in worker processes.
+
+    `access_keys` maps AccessKey IDs to secrets accepted from callers (one pair is generated when
+    omitted). Handlers get a separate STS credential (`role_credentials`) as `context.credentials`
+    and in ALIBABA_CLOUD_* env vars; the server accepts it too, so handlers can re-invoke
+    themselves through CRHELPER_FC_ENDPOINT.
+    """
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0,
+                 access_keys: Mapping[str, str] | None = None, account_id: str | None = None,
+                 region: str = "cn-hangzhou", async_workers: int = 2, max_async_retries: int = 3,
+                 async_retry_delay: float = 1.0, code_paths: Sequence[str | os.PathLike[str]] = (),
+                 inherit_sys_path: bool = True,
+                 max_clock_skew: float = MAX_CLOCK_SKEW_SECONDS) -> None:
+        if access_keys is None:
+            access_keys = {"LTAI" + secrets.token_hex(8): secrets.token_urlsafe(24)}
+        if not access_keys:
+            raise ValueError("access_keys must hold at least one AccessKey ID -> secret pair")
+        self._keys = {ak: AccessKey(ak, secret) for ak, secret in access_keys.items()}
+        self._primary = next(iter(self._keys.values()))
+        self.role_credentials = AccessKey("STS." + secrets.token_hex(10),
+                                          secrets.token_urlsafe(24), secrets.token_urlsafe(48))
+        self._keys[self.role_credentials.access_key_id] = self.role_credentials
+        self.account_id = account_id or str(10**15 + secrets.randbelow(9 * 10**15))
+        self.region = region
+        self._address = (host, port)
+        self._async = AsyncSettings(async_workers, max_async_retries, async_retry_delay)
+        self._runner_args = (list(code_paths), inherit_sys_path)
+        self._max_skew = max_clock_skew
+        self._registry = FunctionRegistry()
+        self._journal = InvocationJournal()
+        self._server: _FcHttpServer | None = None
+        self._api: FcApi | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def access_key_id(self) -> str:
+        return self._primary.access_key_id
+
+    @property
+    def access_key_secret(self) -> str:
+        return self._primary.access_key_secret
+
+    @property
+    def endpoint(self) -> str:
+        if self._server is None:
+            raise RuntimeError("LocalFunctionCompute is not started; call start() first")
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def register(self, service: str, function: str, handler: str, timeout: float = 60,
+                 memory: int = 128, env: Mapping[str, str] | None = None,
+                 initializer: str | None = None) -> FunctionSpec:
+        """Add or replace a function; allowed before and after start()."""
+        spec = FunctionSpec(service, function, handler, timeout, memory, dict(env or {}),
+                            initializer)
+        self._registry.add(spec)
+        return spec
+
+    def start(self) -> "LocalFunctionCompute":
+        if self._server is not None:
+            raise RuntimeError("LocalFunctionCompute is already started")
+        server = _FcHttpServer(self._address, _FcRequestHandler)
+        self._server = server
+        code_paths, inherit = self._runner_args
+        self._api = FcApi(registry=self._registry, keys=self._keys,
+                          runner=ProcessRunner(code_paths, inherit), journal=self._journal,
+                          role=self.role_credentials, account_id=self.account_id,
+                          region=self.region, endpoint=self.endpoint,
+                          async_settings=self._async, max_clock_skew=self._max_skew)
+        server.api = self._api
+        self._api.start()
+        self._thread = threading.Thread(target=server.serve_forever, name="fc-local-http",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, kill running workers and drop queued async invocations."""
+        if self._server is None:
+            return
+        self._server.shutdown()
+        if self._api is not None:
+            self._api.stop()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join()
+        self._server = None
+        self._thread = None
+
+    def __enter__(self) -> "LocalFunctionCompute":
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until no async invocation is queued, delayed or running; False on timeout."""
+        if self._api is None:
+            return True
+        return self._api.wait_idle(timeout)
+
+    @property
+    def records(self) -> list[InvocationRecord]:
+        """Every accepted invocation so far, in arrival order (immutable snapshots)."""
+        return self._journal.snapshot()
+
+    def record(self, request_id: str) -> InvocationRecord:
+        return self._journal.get(request_id)
+
+    def client(self, **kwargs: Any) -> Any:
+        """An `fc2.Client` signed with the primary access key."""
+        import fc2
+
+        return fc2.Client(endpoint=self.endpoint, accessKeyID=self.access_key_id,
+                          accessKeySecret=self.access_key_secret, **kwargs)
+
+
+def _parse_function(value: str) -> tuple[str, str, str]:
+    target, sep, handler = value.partition("=")
+    service, slash, function = target.partition("/")
+    if not sep or not slash or not service or not function or not handler:
+        raise argparse.ArgumentTypeError(
+            f"--function {value!r} must look like 'service/function=module:attr'")
+    return service, function, handler
+
+
+def _parse_env(value: str) -> tuple[str, str]:
+    name, sep, text = value.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"--env {name!r} must look like 'NAME=value'")
+    return name, text
+
+
+def _arg_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m crhelper.local.fc_server",
+                                     description="Local Function Compute 2.0 invoke endpoint.")
+    parser.add_argument("--function", action="append", type=_parse_function, required=True,
+                        metavar="SERVICE/FUNCTION=MODULE:ATTR")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=60, help="function timeout in seconds")
+    parser.add_argument("--memory", type=int, default=128)
+    parser.add_argument("--env", action="append", type=_parse_env, default=[],
+                        metavar="NAME=VALUE", help="environment variable for every function")
+    parser.add_argument("--account-id", default=None)
+    parser.add_argument("--region", default="cn-hangzhou")
+    parser.add_argument("--code-path", action="append", default=[],
+                        help="directory added to the workers' sys.path")
+    parser.add_argument("--max-async-retries", type=int, default=3)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _arg_parser().parse_args(argv)
+    key_id = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_ID", "")
+    key_secret = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "")
+    if not key_id or not key_secret:
+        print("environment variables ALIBABA_CLOUD_ACCESS_KEY_ID and ALIBABA_CLOUD_ACCESS_KEY_SECRET"
+              " must name the access key callers sign with", file=sys.stderr)
+        return 2
+    fc = LocalFunctionCompute(host=args.host, port=args.port, access_keys={key_id: key_secret},
+                              account_id=args.account_id, region=args.region,
+                              max_async_retries=args.max_async_retries, code_paths=args.code_path)
+    for service, function, handler in args.function:
+        fc.register(service, function, handler, timeout=args.timeout, memory=args.memory,
+                    env=dict(args.env))
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    signal.signal(signal.SIGINT, lambda *_: stopped.set())
+    with fc:
+        print(f"FC endpoint {fc.endpoint} account {fc.account_id} region {fc.region}", flush=True)
+        stopped.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,271 @@
+"""Verify that an HTTP push really comes from MNS (spec §4.3, [MNS-SIG]).
+
+MNS signs each push with RSA-SHA1 and names its X.509 certificate by URL in
+``x-mns-signing-cert-url``. Anyone can send such headers, so the URL's host must be
+on an allowlist before the certificate is fetched, and the Date must be fresh so a
+captured push cannot be replayed later. ``cryptography`` is imported lazily: this
+module sits on the request path of a provider.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
+from typing import Any, Iterable, Mapping
+from urllib.parse import urlsplit
+
+__all__ = [
+    "DEFAULT_CERT_HOSTS",
+    "DEFAULT_MAX_AGE_SECONDS",
+    "PushVerificationError",
+    "PushVerdict",
+    "CertificateFetcher",
+    "build_string_to_sign",
+    "verify",
+    "verify_wsgi",
+]
+
+DEFAULT_CERT_HOSTS: frozenset[str] = frozenset({"mnstest.oss-cn-hangzhou.aliyuncs.com"})
+# MNS rejects requests whose Date is more than 15 minutes off; pushes get the same window.
+DEFAULT_MAX_AGE_SECONDS = 900.0
+_MAX_CERT_BYTES = 64 * 1024
+
+
+class PushVerificationError(Exception):
+    """The push is not provably from MNS; ``reason`` says which check failed."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+@dataclass(frozen=True)
+class PushVerdict:
+    """What a verified push proved: who signed it, when, and for which subscription."""
+
+    cert_url: str
+    date: datetime
+    message_id: str | None
+    topic_owner: str | None
+    topic_name: str | None
+    subscription_name: str | None
+
+
+def build_string_to_sign(
+    method: str, resource: str, headers: Mapping[str, str], content_type: str | None = None
+) -> str:
+    """The MNS string-to-sign: METHOD, Content-MD5, Content-Type, Date, sorted x-mns-* headers, resource.
+
+    Shared by request signing (HMAC-SHA1) and push signing (RSA-SHA1). Header values
+    are used exactly as received; Content-MD5 is never recomputed.
+    """
+    lower = {str(k).lower(): str(v) for k, v in headers.items()}
+    ctype = lower.get("content-type", "") if content_type is None else content_type
+    mns = "".join(f"{name}:{lower[name].strip()}\n" for name in sorted(lower) if name.startswith("x-mns-"))
+    return f"{method.upper()}\n{lower.get('content-md5', '')}\n{ctype}\n{lower.get('date', '')}\n{mns}{resource}"
+
+
+class CertificateFetcher:
+    """Fetches certificates over HTTP(S) with a timeout and a size cap, caching the public key per URL."""
+
+    def __init__(self, timeout: float = 5.0, cache_seconds: float = 3600.0) -> None:
+        self.timeout = timeout
+        self.cache_seconds = cache_seconds
+        self._cache: dict[str, tuple[float, Any]] = {}
+        self._lock = threading.Lock()
+
+    def public_key(self, url: str) -> Any:
+        """The certificate's public key; raises PushVerificationError when it cannot be had."""
+        now = time.monotonic()
+        with self._lock:
+            hit = self._cache.get(url)
+            if hit is not None and now - hit[0] < self.cache_seconds:
+                return hit[1]
+        key = _load_public_key(self._download(url))
+        with self._lock:
+            self._cache[url] = (now, key)
+        return key
+
+    def clear(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
+    def _download(self, url: str) -> bytes:
+        where = _url_without_query(url)
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout) as resp:  # noqa: S310 - host checked by caller
+                data = resp.read(_MAX_CERT_BYTES + 1)
+        except Exception as exc:  # network errors of every kind mean "cannot verify"
+            reason = f"cannot fetch signing certificate from {where}: {exc.__class__.__name__}"
+            raise PushVerificationError(reason) from None
+        if len(data) > _MAX_CERT_BYTES:
+            raise PushVerificationError(f"signing certificate at {where} is larger than {_MAX_CERT_BYTES} bytes")
+        return data
+
+
+_DEFAULT_FETCHER = CertificateFetcher()
+
+
+def verify(
+    method: str,
+    resource: str,
+    headers: Mapping[str, str],
+    body: bytes | None = None,
+    *,
+    allowed_hosts: Iterable[str] = DEFAULT_CERT_HOSTS,
+    require_https: bool = True,
+    max_age_seconds: float = DEFAULT_MAX_AGE_SECONDS,
+    fetcher: CertificateFetcher | None = None,
+    now: datetime | None = None,
+) -> PushVerdict:
+    """Verify one push; ``resource`` is the request path (with its query string, if any).
+
+    With ``body`` given, it must match the signed Content-MD5 header, since the
+    signature covers the headers and not the body itself.
+    """
+    lower = {str(k).lower(): str(v) for k, v in headers.items()}
+    cert_url = _cert_url(lower, allowed_hosts, require_https)
+    date = _fresh_date(lower, max_age_seconds, now)
+    signature = _signature(lower)
+    if body is not None:
+        _check_body_md5(lower, body)
+    key = (fetcher or _DEFAULT_FETCHER).public_key(cert_url)
+    candidates = [build_string_to_sign(method, resource, lower)]
+    lowered_type = lower.get("content-type", "").lower()
+    if lowered_type != lower.get("content-type", ""):
+        candidates.append(build_string_to_sign(method, resource, lower, content_type=lowered_type))
+    if not any(_rsa_sha1_ok(key, signature, text.encode("utf-8")) for text in candidates):
+        raise PushVerificationError("Authorization signature does not match the string-to-sign for this certificate")
+    return PushVerdict(
+        cert_url=cert_url,
+        date=date,
+        message_id=lower.get("x-mns-message-id"),
+        topic_owner=lower.get("x-mns-topic-owner"),
+        topic_name=lower.get("x-mns-topic-name"),
+        subscription_name=lower.get("x-mns-subscription-name"),
+    )
+
+
+def verify_wsgi(environ: Mapping[str, Any], body: bytes, **options: Any) -> PushVerdict:
+    """``verify`` for a WSGI request: rebuilds the headers and the path from ``environ``."""
+    headers = {k[5:].replace("_", "-").lower(): str(v) for k, v in environ.items() if k.startswith("HTTP_")}
+    for key, name in (("CONTENT_TYPE", "content-type"), ("CONTENT_LENGTH", "content-length")):
+        if environ.get(key):
+            headers[name] = str(environ[key])
+    path = str(environ.get("SCRIPT_NAME", "")) + str(environ.get("PATH_INFO", "")) or "/"
+    if environ.get("QUERY_STRING"):
+        path += "?" + str(environ["QUERY_STRING"])
+    return verify(str(environ.get("REQUEST_METHOD", "POST")), path, headers, body, **options)
+
+
+def _cert_url(lower: Mapping[str, str], allowed_hosts: Iterable[str], require_https: bool) -> str:
+    encoded = lower.get("x-mns-signing-cert-url")
+    if not encoded:
+        raise PushVerificationError("header x-mns-signing-cert-url is missing")
+    try:
+        url = base64.b64decode(encoded.strip(), validate=True).decode("ascii")
+    except (binascii.Error, ValueError):
+        raise PushVerificationError("header x-mns-signing-cert-url is not base64 of an ASCII URL") from None
+    try:
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+    except ValueError:
+        raise PushVerificationError("header x-mns-signing-cert-url does not hold a valid URL") from None
+    allowed = {h.lower() for h in allowed_hosts}
+    if parts.scheme not in ("http", "https") or (require_https and parts.scheme != "https"):
+        need = "https" if require_https else "http or https"
+        raise PushVerificationError(
+            f"signing certificate URL scheme {parts.scheme!r} is not allowed; it must be {need}"
+        )
+    if host not in allowed:
+        raise PushVerificationError(f"signing certificate host {host!r} is not in the allowlist {sorted(allowed)}")
+    return url
+
+
+def _fresh_date(lower: Mapping[str, str], max_age_seconds: float, now: datetime | None) -> datetime:
+    raw = lower.get("date")
+    if not raw:
+        raise PushVerificationError("header Date is missing")
+    try:
+        date = parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        raise PushVerificationError("header Date is not an RFC 1123 GMT date") from None
+    if date.tzinfo is None:
+        date = date.replace(tzinfo=timezone.utc)
+    current = now or datetime.now(timezone.utc)
+    skew = abs((current - date).total_seconds())
+    if skew > max_age_seconds:
+        raise PushVerificationError(
+            f"header Date is {skew:.0f} s away from now; at most {max_age_seconds:.0f} s is accepted (replay guard)"
+        )
+    return date
+
+
+def _signature(lower: Mapping[str, str]) -> bytes:
+    raw = lower.get("authorization")
+    if not raw:
+        raise PushVerificationError("header Authorization is missing")
+    try:
+        return base64.b64decode(raw.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        raise PushVerificationError("header Authorization is not base64") from None
+
+
+def _check_body_md5(lower: Mapping[str, str], body: bytes) -> None:
+    declared = lower.get("content-md5", "").strip()
+    if not declared:
+        if body:
+            raise PushVerificationError("header Content-MD5 is missing, so the body is not covered by the signature")
+        return
+    digest = hashlib.md5(body)  # noqa: S324 - MNS protocol field, not a security hash on its own
+    hex_digest = digest.hexdigest()
+    accepted = (
+        hex_digest,
+        base64.b64encode(hex_digest.encode("ascii")).decode("ascii"),
+        base64.b64encode(digest.digest()).decode("ascii"),
+    )
+    if declared.lower() != accepted[0] and declared not in accepted[1:]:
+        raise PushVerificationError("body does not match header Content-MD5 (hex, base64 of hex, or base64 accepted)")
+
+
+def _load_public_key(data: bytes) -> Any:
+    from cryptography import x509
+
+    try:
+        if b"-----BEGIN" in data:
+            cert = x509.load_pem_x509_certificate(data)
+        else:
+            cert = x509.load_der_x509_certificate(data)
+    except ValueError:
+        raise PushVerificationError("signing certificate is not a PEM or DER X.509 certificate") from None
+    now = datetime.now(timezone.utc)
+    if not (cert.not_valid_before_utc <= now <= cert.not_valid_after_utc):
+        raise PushVerificationError("signing certificate is outside its validity period")
+    return cert.public_key()
+
+
+def _rsa_sha1_ok(key: Any, signature: bytes, data: bytes) -> bool:
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
+    if not isinstance(key, rsa.RSAPublicKey):
+        raise PushVerificationError("signing certificate does not hold an RSA public key")
+    try:
+        key.verify(signature, data, padding.PKCS1v15(), hashes.SHA1())  # noqa: S303 - MNS protocol mandates SHA1
+    except InvalidSignature:
+        return False
+    return True
+
+
+def _url_without_query(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}{parts.path}"
+

@@ -1,0 +1,305 @@
+"""SQLite store: the embedded default, safe for several processes on one machine.
+
+WAL lets readers run beside one writer; ``busy_timeout`` makes a writer wait for the lock instead
+of failing; every read-decide-write runs inside ``BEGIN IMMEDIATE`` so the write lock is taken
+before the read and two processes can never both decide they won. Do not put the file on a network
+file system: SQLite's locking is only reliable on a local disk.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Mapping
+
+from . import transitions
+from .base import (
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_TTL_SECONDS,
+    ClaimResult,
+    Continuation,
+    IdempotencyKey,
+    IdempotencyRecord,
+    RecordState,
+    StoreConflict,
+    StoreError,
+)
+
+MEMORY = ":memory:"
+BUSY_TIMEOUT_MS = 30_000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS idempotency (
+    stack_id TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    logical_resource_id TEXT NOT NULL,
+    state TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    lease_expires_at REAL NOT NULL,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    version INTEGER NOT NULL,
+    response TEXT,
+    response_urls TEXT NOT NULL,
+    PRIMARY KEY (stack_id, request_id, logical_resource_id)
+);
+CREATE INDEX IF NOT EXISTS idempotency_expires ON idempotency (expires_at);
+CREATE TABLE IF NOT EXISTS continuations (
+    id TEXT PRIMARY KEY,
+    request TEXT NOT NULL,
+    state TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    started_at REAL NOT NULL,
+    deadline REAL NOT NULL,
+    next_run_at REAL NOT NULL,
+    version INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS continuations_due ON continuations (next_run_at);
+"""
+
+_KEY_WHERE = "stack_id = ? AND request_id = ? AND logical_resource_id = ?"
+
+
+def _key_params(key: IdempotencyKey) -> tuple[str, str, str]:
+    return (key.stack_id, key.request_id, key.logical_resource_id)
+
+
+def _record_from_row(row: sqlite3.Row) -> IdempotencyRecord:
+    return IdempotencyRecord(
+        key=IdempotencyKey(row["stack_id"], row["request_id"], row["logical_resource_id"]),
+        state=RecordState(row["state"]),
+        owner=row["owner"],
+        lease_expires_at=row["lease_expires_at"],
+        created_at=row["created_at"],
+        expires_at=row["expires_at"],
+        version=row["version"],
+        response=None if row["response"] is None else json.loads(row["response"]),
+        response_urls=json.loads(row["response_urls"]),
+    )
+
+
+def _continuation_from_row(row: sqlite3.Row) -> Continuation:
+    return Continuation(
+        id=row["id"],
+        request=json.loads(row["request"]),
+        state=json.loads(row["state"]),
+        attempt=row["attempt"],
+        started_at=row["started_at"],
+        deadline=row["deadline"],
+        next_run_at=row["next_run_at"],
+        version=row["version"],
+    )
+
+
+class SqliteStore:
+    """`Store` on one SQLite file (or a private in-memory database for tests)."""
+
+    def __init__(self, path: str, *, clock: Callable[[], float] = time.time) -> None:
+        self.path = path
+        self._clock = clock
+        self._lock = threading.RLock()
+        if path != MEMORY:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._conn = sqlite3.connect(
+                path,
+                timeout=BUSY_TIMEOUT_MS / 1000,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"CRHELPER_STORE sqlite file cannot be opened: {exc}") from None
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if path != MEMORY:
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+        with self._transaction() as conn:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE: take the write lock before reading, so read-decide-write is atomic."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    # -- idempotency records -------------------------------------------------------------
+
+    def _read(self, conn: sqlite3.Connection, key: IdempotencyKey) -> IdempotencyRecord | None:
+        row = conn.execute(
+            f"SELECT * FROM idempotency WHERE {_KEY_WHERE}", _key_params(key)
+        ).fetchone()
+        return None if row is None else _record_from_row(row)
+
+    def _write(
+        self,
+        conn: sqlite3.Connection,
+        current: IdempotencyRecord | None,
+        new: IdempotencyRecord,
+    ) -> None:
+        values = (
+            new.state.value,
+            new.owner,
+            new.lease_expires_at,
+            new.created_at,
+            new.expires_at,
+            new.version,
+            None if new.response is None else json.dumps(new.response),
+            json.dumps(new.response_urls),
+        )
+        if current is None:
+            conn.execute(
+                "INSERT INTO idempotency (stack_id, request_id, logical_resource_id, state, owner,"
+                " lease_expires_at, created_at, expires_at, version, response, response_urls)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                _key_params(new.key) + values,
+            )
+            return
+        cursor = conn.execute(
+            "UPDATE idempotency SET state = ?, owner = ?, lease_expires_at = ?, created_at = ?,"
+            " expires_at = ?, version = ?, response = ?, response_urls = ?"
+            f" WHERE {_KEY_WHERE} AND version = ?",
+            values + _key_params(new.key) + (current.version,),
+        )
+        if cursor.rowcount != 1:
+            raise StoreError("idempotency record changed inside an immediate transaction")
+
+    def claim(
+        self,
+        key: IdempotencyKey,
+        owner: str,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        ttl_seconds: float = DEFAULT_TTL_SECONDS,
+        response_urls: Mapping[str, str] | None = None,
+    ) -> ClaimResult:
+        with self._transaction() as conn:
+            current = self._read(conn, key)
+            result, to_write = transitions.decide_claim(
+                current, key, owner, self._clock(), lease_seconds, ttl_seconds, response_urls
+            )
+            if to_write is not None:
+                self._write(conn, current, to_write)
+            return result
+
+    def renew(self, key: IdempotencyKey, owner: str, lease_seconds: float) -> bool:
+        with self._transaction() as conn:
+            current = self._read(conn, key)
+            new = transitions.renewed(current, owner, self._clock(), lease_seconds)
+            if new is None:
+                return False
+            self._write(conn, current, new)
+            return True
+
+    def complete(self, key: IdempotencyKey, owner: str, response: dict[str, Any]) -> bool:
+        with self._transaction() as conn:
+            current = self._read(conn, key)
+            new = transitions.completed(current, owner, self._clock(), response)
+            if new is None:
+                return False
+            self._write(conn, current, new)
+            return True
+
+    def get(self, key: IdempotencyKey) -> IdempotencyRecord | None:
+        with self._lock:
+            record = self._read(self._conn, key)
+        if record is None or record.is_expired(self._clock()):
+            return None
+        return record
+
+    def release(self, key: IdempotencyKey, owner: str) -> bool:
+        with self._transaction() as conn:
+            current = self._read(conn, key)
+            if current is None or not transitions.may_release(current, owner, self._clock()):
+                return False
+            conn.execute(
+                f"DELETE FROM idempotency WHERE {_KEY_WHERE} AND version = ?",
+                _key_params(key) + (current.version,),
+            )
+            return True
+
+    def purge_expired(self) -> int:
+        with self._transaction() as conn:
+            cursor = conn.execute(
+                "DELETE FROM idempotency WHERE expires_at <= ?", (self._clock(),)
+            )
+            return cursor.rowcount
+
+    # -- continuations -------------------------------------------------------------------
+
+    def put_continuation(self, continuation: Continuation) -> None:
+        c = continuation
+        try:
+            with self._transaction() as conn:
+                conn.execute(
+                    "INSERT INTO continuations (id, request, state, attempt, started_at, deadline,"
+                    " next_run_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        c.id,
+                        json.dumps(c.request),
+                        json.dumps(c.state),
+                        c.attempt,
+                        c.started_at,
+                        c.deadline,
+                        c.next_run_at,
+                        c.version,
+                    ),
+                )
+        except sqlite3.IntegrityError:
+            raise StoreConflict("continuation id already exists") from None
+
+    def get_continuation(self, continuation_id: str) -> Continuation | None:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT * FROM continuations WHERE id = ?", (continuation_id,)
+            ).fetchone()
+        return None if row is None else _continuation_from_row(row)
+
+    def update_continuation(self, continuation: Continuation, expected_version: int) -> bool:
+        c = continuation
+        with self._transaction() as conn:
+            cursor = conn.execute(
+                "UPDATE continuations SET request = ?, state = ?, attempt = ?, started_at = ?,"
+                " deadline = ?, next_run_at = ?, version = ? WHERE id = ? AND version = ?",
+                (
+                    json.dumps(c.request),
+                    json.dumps(c.state),
+                    c.attempt,
+                    c.started_at,
+                    c.deadline,
+                    c.next_run_at,
+                    expected_version + 1,
+                    c.id,
+                    expected_version,
+                ),
+            )
+            return cursor.rowcount == 1
+
+    def delete_continuation(self, continuation_id: str) -> bool:
+        with self._transaction() as conn:
+            cursor = conn.execute("DELETE FROM continuations WHERE id = ?", (continuation_id,))
+            return cursor.rowcount == 1
+
+    def due_continuations(self, now: float, limit: int = 100) -> list[Continuation]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT * FROM continuations WHERE next_run_at <= ?"
+                " ORDER BY next_run_at, id LIMIT ?",
+                (now, limit),
+            ).fetchall()
+        return [_continuation_from_row(row) for row in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
