@@ -6,7 +6,7 @@ Imports only the standard library: pydantic and cloud SDKs load when something u
 from .errors import Failure, PropertiesError, RequestError
 from .provider import Provider
 from .request import Request
-from .response import Result
+from .response import InProgress, Result
 
-__all__ = ["Failure", "PropertiesError", "Provider", "Request", "RequestError", "Result"]
+__all__ = ["Failure", "InProgress", "PropertiesError", "Provider", "Request", "RequestError", "Result"]
 __version__ = "0.1.0"

@@ -70,6 +70,14 @@ class Settings:
     #: Seconds before the function deadline at which a still-running handler is answered FAILED.
     timeout_margin: float | None = None
     on_function_compute: bool = False
+    #: CRHELPER_STORE: a store URL, "none" to turn idempotency and long-running support off, None for the default
+    store_url: str | None = None
+    #: How long one handler call may hold an operation before another process may take it over (s)
+    step_lease: float | None = None
+    #: Seconds an idempotency record is kept (duplicates within it are absorbed)
+    record_ttl: float = 86_400.0
+    #: auto | local | fc | none
+    reentry: str = "auto"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
@@ -93,4 +101,8 @@ class Settings:
             default_type=env.get("CRHELPER_DEFAULT_TYPE") or None,
             timeout_margin=_float(env, "CRHELPER_TIMEOUT_MARGIN", None),
             on_function_compute=bool(env.get("FC_FUNCTION_NAME") or env.get("FC_FUNC_CODE_PATH")),
+            store_url=env.get("CRHELPER_STORE") or None,
+            step_lease=_float(env, "CRHELPER_STEP_LEASE", None, minimum=0.1),
+            record_ttl=_float(env, "CRHELPER_RECORD_TTL", 86_400.0, minimum=1.0) or 86_400.0,
+            reentry=_choice(env, "CRHELPER_REENTRY", "auto", ("auto", "local", "fc", "none")),
         )

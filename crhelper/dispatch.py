@@ -5,6 +5,7 @@ No I/O here except the user's handler itself; the runtime decides when and where
 
 from __future__ import annotations
 
+import json
 import traceback
 from typing import Any
 
@@ -15,6 +16,7 @@ from .properties import secret_values, validate
 from .registry import Registry, UnknownType
 from .request import Request
 from .response import (
+    InProgress,
     Result,
     data_problem,
     default_physical_id,
@@ -62,9 +64,16 @@ def _log_exception(exc: BaseException, secrets: list[str]) -> None:
     _log.error("handler raised", extra={"fields": {"traceback": text}})
 
 
-def _interpret(request: Request, returned: Any, secrets: list[str]) -> dict[str, Any]:
+#: The longest delay between polls: FC's x-fc-async-delay accepts at most 3,600 s.
+MAX_POLL_DELAY = 3600.0
+
+
+def _interpret(request: Request, returned: Any, secrets: list[str]) -> dict[str, Any] | InProgress:
     if returned is None:
         returned = Result()
+    if isinstance(returned, InProgress):
+        problem = progress_problem(returned)
+        return failed_for(request, problem, secrets) if problem else returned
     if not isinstance(returned, Result):
         return failed_for(
             request,
@@ -93,8 +102,20 @@ def _interpret(request: Request, returned: Any, secrets: list[str]) -> dict[str,
     return fit_to_limit(success_body(request, physical_id, returned.data))
 
 
-def dispatch(registry: Registry, request: Request, default_type: str | None) -> dict[str, Any]:
-    """The response body for `request`. Never raises for anything the handler or the input does."""
+def progress_problem(progress: InProgress) -> str | None:
+    """Why an InProgress cannot be stored and scheduled, or None."""
+    if not isinstance(progress.delay, (int, float)) or isinstance(progress.delay, bool) or not 0 <= progress.delay <= MAX_POLL_DELAY:
+        return f"InProgress.delay must be a number of seconds from 0 to {MAX_POLL_DELAY:.0f}, got {progress.delay!r}"
+    try:
+        json.dumps(progress.state, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return f"InProgress.state must be JSON-serialisable: {exc}"
+    return None
+
+
+def dispatch(registry: Registry, request: Request, default_type: str | None) -> dict[str, Any] | InProgress:
+    """The response body for `request`, or the InProgress its handler returned.
+    Never raises for anything the handler or the input does."""
     try:
         resource_type = registry.resolve_type(request.resource_type, default_type)
     except UnknownType as exc:

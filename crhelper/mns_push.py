@@ -32,6 +32,8 @@ __all__ = [
     "verify_wsgi",
 ]
 
+# The host [MNS-SIG] documents. Newer MNS pages also name mns-cert.oss-cn-<region>.aliyuncs.com;
+# pass such hosts in ``allowed_hosts`` once a real push shows them.
 DEFAULT_CERT_HOSTS: frozenset[str] = frozenset({"mnstest.oss-cn-hangzhou.aliyuncs.com"})
 # MNS rejects requests whose Date is more than 15 minutes off; pushes get the same window.
 DEFAULT_MAX_AGE_SECONDS = 900.0

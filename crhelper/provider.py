@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, TypeVar
+import dataclasses
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from .config import ConfigError, Settings
 from .constants import CREATE, DELETE, UPDATE
 from .logs import configure
 from .registry import Registry
 from .runtime import answer, answer_failure, failure_answer, handle_event
+from .services import ProviderServices
+
+if TYPE_CHECKING:
+    from .store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -20,10 +25,31 @@ class Provider:
     `settings` fixes the configuration; by default it is read from the environment on each request.
     """
 
-    def __init__(self, default_type: str | None = None, *, settings: Settings | None = None) -> None:
+    def __init__(
+        self,
+        default_type: str | None = None,
+        *,
+        settings: Settings | None = None,
+        store: "Store | str | None" = None,
+    ) -> None:
         self.registry = Registry()
         self.default_type = default_type
         self._settings = settings
+        self._store = store
+        self._services = ProviderServices(self)
+
+    def set_deadline(self, resource_type: str, seconds: float) -> None:
+        """The longest a long-running operation of this type may take (keep it below the template's Timeout)."""
+        self.registry.set_options(resource_type, deadline=seconds)
+
+    def on_timeout(self, resource_type: str) -> Callable[[F], F]:
+        """`@provider.on_timeout("Custom::X")` on `def cleanup(request) -> None`: runs when the deadline passes."""
+
+        def decorator(func: F) -> F:
+            self.registry.set_options(resource_type, on_timeout=func)
+            return func
+
+        return decorator
 
     def _register(self, resource_type: str, operation: str) -> Callable[[F], F]:
         def decorator(func: F) -> F:
@@ -51,12 +77,7 @@ class Provider:
     def settings(self) -> Settings:
         settings = self._settings or Settings.from_env()
         if self.default_type and not settings.default_type:
-            settings = Settings(
-                delivery=settings.delivery,
-                default_type=self.default_type,
-                timeout_margin=settings.timeout_margin,
-                on_function_compute=settings.on_function_compute,
-            )
+            settings = dataclasses.replace(settings, default_type=self.default_type)
         return settings
 
     def handle(self, event: Any, context: object | None = None) -> dict[str, Any] | None:
@@ -67,8 +88,14 @@ class Provider:
         except ConfigError as exc:  # still answer: the stack must not wait for a typo in an env var
             result, _report = answer_failure(event, f"provider misconfigured: {exc}", Settings())
             return result.body
-        result, _report = handle_event(self.registry, event, settings, context)
+        services = self._services.for_request(settings, context)
+        result, _report = handle_event(self.registry, event, settings, context, services)
+        self._services.maybe_recover(settings, services, context)
         return result.body
+
+    def close(self) -> None:
+        """Stop the in-process scheduler and close the store (tests, servers shutting down)."""
+        self._services.close()
 
     def respond(self, event: Any, *, within: float | None = None) -> dict[str, Any] | None:
         """The response body without sending it, for transports that reply in-band (`web[sync]`).

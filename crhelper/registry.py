@@ -28,11 +28,34 @@ class UnknownType(LookupError):
     pass
 
 
+#: Default overall deadline of one long-running operation; keep it below the template's Timeout.
+DEFAULT_DEADLINE = 1800.0
+
+
+@dataclass(frozen=True)
+class TypeOptions:
+    """Per-type limits of long-running operations."""
+
+    deadline: float = DEFAULT_DEADLINE
+    on_timeout: Handler | None = None
+
+
 class Registry:
     """Resource type → operation → handler. Filled at import time by decorators, read-only afterwards."""
 
     def __init__(self) -> None:
         self._handlers: dict[str, dict[str, Registration]] = {}
+        self._options: dict[str, TypeOptions] = {}
+
+    def set_options(self, resource_type: str, **changes: Any) -> None:
+        current = self._options.get(resource_type, TypeOptions())
+        deadline = changes.get("deadline", current.deadline)
+        if not isinstance(deadline, (int, float)) or not 1 <= deadline <= 43_200:
+            raise ValueError(f"deadline must be 1 to 43200 seconds (ROS's longest Timeout), got {deadline!r}")
+        self._options[resource_type] = TypeOptions(float(deadline), changes.get("on_timeout", current.on_timeout))
+
+    def options(self, resource_type: str) -> TypeOptions:
+        return self._options.get(resource_type, TypeOptions())
 
     def add(self, resource_type: str, operation: str, func: Handler) -> None:
         if operation not in REQUEST_TYPES:

@@ -54,6 +54,12 @@ class Request:
     response_url: str | None = field(default=None, repr=False)
     intranet_response_url: str | None = field(default=None, repr=False)
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: For long-running handlers: the state returned in the last InProgress (None on the first call)
+    state: Any = field(default=None, repr=False)
+    #: How many times the handler has been called before for this request (0 on the first call)
+    attempt: int = 0
+    #: POSIX time the operation started (the first call)
+    started_at: float | None = None
 
     @property
     def is_create(self) -> bool:

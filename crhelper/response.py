@@ -28,6 +28,17 @@ class Result:
     data: Mapping[str, Any] | None = None
 
 
+@dataclass(frozen=True)
+class InProgress:
+    """Returned by a handler whose work is not done: call me again in `delay` seconds with `state`.
+
+    `state` must be JSON-serialisable; it comes back as `request.state` on the next call.
+    """
+
+    state: Any = None
+    delay: float = 30.0
+
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 _TRUNCATED = " …[truncated]"
 

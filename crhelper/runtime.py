@@ -6,16 +6,21 @@ import contextvars
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from . import outbound
 from .config import Settings
 from .dispatch import dispatch, failed_for
+from .reentry import continuation_id_of
 from .errors import RequestError
 from .logs import get_logger, request_context
 from .registry import Registry
 from .request import Request, decode_event, parse_request, response_urls_of
-from .response import encode, failed_body_from_raw
+from .response import InProgress, encode, failed_body_from_raw
+
+if TYPE_CHECKING:
+    from .lifecycle import Lifecycle
+    from .reentry import Reentry
 
 _log = get_logger("runtime")
 
@@ -67,6 +72,31 @@ def _run_with_deadline(work: Callable[[], dict[str, Any]], wait_seconds: float) 
     return outcome[0] if outcome else None
 
 
+def guarded_runner(
+    registry: Registry, settings: Settings, deadline: float | None, margin: float
+) -> Callable[[Request], "dict[str, Any] | InProgress"]:
+    """A function that runs one handler call, answering FAILED "timed out" if it runs into `deadline - margin`."""
+
+    def run(request: Request) -> "dict[str, Any] | InProgress":
+        def work() -> "dict[str, Any] | InProgress":
+            return dispatch(registry, request, settings.default_type)
+
+        with request_context(request.log_fields()):
+            if deadline is None:
+                return work()
+            outcome = _run_with_deadline(work, deadline - margin - time.monotonic())
+            if outcome is None:
+                _log.error("handler still running near the function deadline; answering FAILED")
+                return failed_for(
+                    request,
+                    "timed out: the handler was still running shortly before the Function Compute timeout; "
+                    "raise the function timeout or return InProgress to continue long work in a later invocation",
+                )
+            return outcome
+
+    return run
+
+
 def answer(
     registry: Registry,
     event: Any,
@@ -75,7 +105,7 @@ def answer(
     deadline: float | None = None,
     margin: float = 0.0,
 ) -> Answer:
-    """Compute the response for one event without sending it (the sync HTTP path sends it as its reply)."""
+    """Compute the response for one event without sending it or consulting a store (in-band replies)."""
     try:
         raw = decode_event(event)
     except RequestError as exc:
@@ -87,23 +117,11 @@ def answer(
         if public is None and intranet is None:
             return Answer(None, error=str(exc))
         return Answer(failed_body_from_raw(raw, f"invalid request: {exc}"), None, public, intranet)
-
-    def work() -> dict[str, Any]:
-        return dispatch(registry, request, settings.default_type)
-
-    with request_context(request.log_fields()):
-        if deadline is None:
-            body = work()
-        else:
-            body = _run_with_deadline(work, deadline - margin - time.monotonic())
-            if body is None:
-                _log.error("handler still running near the function deadline; answering FAILED")
-                body = failed_for(
-                    request,
-                    "timed out: the handler was still running shortly before the Function Compute timeout; "
-                    "raise the function timeout or return InProgress to continue long work in a later invocation",
-                )
-    return Answer(body, request, public, intranet)
+    outcome = guarded_runner(registry, settings, deadline, margin)(request)
+    if isinstance(outcome, InProgress):
+        outcome = failed_for(request, "the handler returned InProgress but this delivery path replies in-band "
+                                      "and cannot call it again later; use an asynchronous ServiceToken")
+    return Answer(outcome, request, public, intranet)
 
 
 def send(answer_: Answer, settings: Settings, deadline: float | None = None) -> outbound.DeliveryReport:
@@ -122,27 +140,78 @@ def send(answer_: Answer, settings: Settings, deadline: float | None = None) -> 
         )
 
 
+@dataclass(frozen=True)
+class Services:
+    """What long-running and idempotent handling needs; None parts turn that feature off."""
+
+    lifecycle: "Lifecycle | None" = None
+    reentry: "Reentry | None" = None
+
+
 def handle_event(
     registry: Registry,
     event: Any,
     settings: Settings,
     context: object | None = None,
+    services: Services | None = None,
 ) -> tuple[Answer, outbound.DeliveryReport]:
     """The whole protocol for one event. Any failure of our own still ends in a FAILED when a URL is known."""
     started = time.monotonic()
     timeout = function_timeout(context)
     deadline = started + timeout if timeout else None
     margin = guard_margin(timeout, settings.timeout_margin) if timeout else 0.0
+    services = services or Services()
     try:
-        result = answer(registry, event, settings, deadline=deadline, margin=margin)
-    except Exception as exc:  # a bug of ours must not leave the stack waiting
+        result = _process(registry, event, settings, services, guarded_runner(registry, settings, deadline, margin))
+    except Exception as exc:  # a bug of ours (or an unreachable store) must not leave the stack waiting
         _log.exception("internal error while handling a request")
         result = failure_answer(event, f"internal error in crhelper: {type(exc).__name__}: {exc}")
     if result.body is None:
-        _log.error("request cannot be answered", extra={"fields": {"error": result.error}})
+        if result.error:
+            _log.error("request cannot be answered", extra={"fields": {"error": result.error}})
         return result, outbound.DeliveryReport(False, 0, error=result.error)
     report = send(result, settings, deadline=(deadline - 0.2) if deadline else None)
     return result, report
+
+
+def _process(
+    registry: Registry, event: Any, settings: Settings, services: Services, run: Callable[[Request], Any]
+) -> Answer:
+    try:
+        raw = decode_event(event)
+    except RequestError as exc:
+        return Answer(None, error=str(exc))
+    continuation_id = continuation_id_of(raw)
+    if continuation_id is not None:
+        if services.lifecycle is None:
+            return Answer(None, error="re-entry of a long-running operation, but no store is configured (CRHELPER_STORE)")
+        resumed = services.lifecycle.resume(continuation_id, run, services.reentry)
+        if resumed is None:
+            return Answer(None)
+        request, body = resumed
+        return Answer(body, request, request.response_url, request.intranet_response_url)
+    public, intranet = response_urls_of(raw)
+    try:
+        request = parse_request(raw)
+    except RequestError as exc:
+        if public is None and intranet is None:
+            return Answer(None, error=str(exc))
+        return Answer(failed_body_from_raw(raw, f"invalid request: {exc}"), None, public, intranet)
+    if services.lifecycle is None:
+        outcome = run(request)
+        if isinstance(outcome, InProgress):
+            outcome = failed_for(request, "the handler returned InProgress but long-running operations need a store; "
+                                          "unset CRHELPER_STORE=none or set it to a store URL")
+        return Answer(outcome, request, public, intranet)
+    with request_context(request.log_fields()):
+        body = services.lifecycle.process(request, raw, run, services.reentry)
+    return Answer(body, request, public, intranet)
+
+
+def send_resumed(results: list[tuple[Request, dict[str, Any]]], settings: Settings) -> None:
+    """Deliver the answers of operations finished by recovery."""
+    for request, body in results:
+        send(Answer(body, request, request.response_url, request.intranet_response_url), settings)
 
 
 def failure_answer(event: Any, reason: str) -> Answer:

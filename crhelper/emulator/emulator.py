@@ -54,6 +54,16 @@ class StackEmulator:
         self.account_id = account_id
         self.max_concurrency = max_concurrency
 
+    def close(self) -> None:
+        """Release the store's database connection."""
+        self.store.close()
+
+    def __enter__(self) -> "StackEmulator":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     # ------------------------------------------------------------------ operations
 
     def validate(self, template_text: str, parameters: Mapping[str, Any] | None = None, name: str = "validation") -> None:

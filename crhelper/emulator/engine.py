@@ -22,7 +22,8 @@ from .protocol import Deliverer, Outcome, StackContext, build_request, failure
 from .runner import Call, Runner
 
 EventSink = Callable[[StackEvent], None]
-Saver = Callable[[StackRecord], None]
+#: save(record) persists everything; save(record, resource) just that resource's current state.
+Saver = Callable[..., None]
 
 CREATE, UPDATE, DELETE = "Create", "Update", "Delete"
 _UNCHANGED, _SKIPPED = "Unchanged", "Skipped"
@@ -92,23 +93,33 @@ class Engine:
         self._stack_status(record, "UPDATE_IN_PROGRESS", "")
         actions, reason = self._deploy(record, plan)
         if reason is None:
-            removed = [n for n, r in record.resources.items() if n not in plan.resources and r.status != "DELETE_COMPLETE"]
-            old_graph = DependencyGraph({n: r.depends_on for n, r in record.resources.items()})
-            problem = self._revert(record, {n: DELETE for n in removed}, old_graph, {})
-            for name in removed:
-                if record.resources[name].status == "DELETE_COMPLETE":
-                    del record.resources[name]
-            for name in [n for n, r in record.resources.items() if n not in plan.resources and r.status == "DELETE_COMPLETE"]:
-                del record.resources[name]
-            if problem:
-                self._stack_status(record, "UPDATE_FAILED", problem)
-            else:
-                self._stack_status(record, "UPDATE_COMPLETE", "")
+            problem = self._delete_removed(record, plan)
+            self._stack_status(record, "UPDATE_FAILED" if problem else "UPDATE_COMPLETE", problem)
             return
         if disable_rollback:
             self._stack_status(record, "UPDATE_FAILED", reason)
             return
         self._stack_status(record, "ROLLBACK_IN_PROGRESS", reason)
+        failed = self._rollback_update(record, plan, actions, previous)
+        record.template_text, record.parameters, record.no_echo, record.outputs = before
+        if failed:
+            self._stack_status(record, "ROLLBACK_FAILED", failed)
+        else:
+            self._stack_status(record, "ROLLBACK_COMPLETE", reason)
+
+    def _delete_removed(self, record: StackRecord, plan: Plan) -> str:
+        """After a successful update, Delete resources the new template dropped (last, as ROS does)."""
+        removed = [n for n, r in record.resources.items() if n not in plan.resources and r.status != "DELETE_COMPLETE"]
+        old_graph = DependencyGraph({n: r.depends_on for n, r in record.resources.items()})
+        problem = self._revert(record, {n: DELETE for n in removed}, old_graph, {})
+        for name in [n for n, r in record.resources.items() if n not in plan.resources and r.status == "DELETE_COMPLETE"]:
+            del record.resources[name]
+        return problem
+
+    def _rollback_update(
+        self, record: StackRecord, plan: Plan, actions: dict[str, str], previous: dict[str, ResourceRecord]
+    ) -> str:
+        """Delete what the update created; send the old properties back to what it updated."""
         revert = {}
         for node, action in actions.items():
             if action == CREATE:
@@ -119,11 +130,7 @@ class Engine:
         for node, action in revert.items():
             if action == DELETE and record.resources[node].status == "DELETE_COMPLETE" and node not in previous:
                 del record.resources[node]
-        record.template_text, record.parameters, record.no_echo, record.outputs = before
-        if failed:
-            self._stack_status(record, "ROLLBACK_FAILED", failed)
-        else:
-            self._stack_status(record, "ROLLBACK_COMPLETE", reason)
+        return failed
 
     def delete(self, record: StackRecord) -> None:
         """Deletes in reverse dependency order; DeletionPolicy Retain sends no request."""
@@ -307,7 +314,7 @@ class Engine:
     def _resource_status(self, record: StackRecord, resource: ResourceRecord, status: str, reason: str) -> None:
         resource.status = status
         resource.status_reason = mask(reason, self._secrets)
-        self._save(record)
+        self._save(record, resource)
         self._emit(record, resource.logical_id, resource.physical_id, resource.resource_type, status, resource.status_reason)
 
     def _emit(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +33,10 @@ def build_request(
     physical_id: str | None = None,
     old_properties: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A ROS custom-resource request (spec §1.1) without the two callback URLs."""
+    """A ROS custom-resource request (spec §1.1) without the two callback URLs.
+
+    Property maps are copied so a deliverer running on another thread can never alias state.
+    """
     request: dict[str, Any] = {
         "RequestType": request_type,
         "RequestId": str(uuid.uuid4()),
@@ -43,12 +47,12 @@ def build_request(
         "CallerId": context.account_id,
         "ResourceType": resource_type,
         "LogicalResourceId": logical_id,
-        "ResourceProperties": properties,
+        "ResourceProperties": copy.deepcopy(properties),
     }
     if physical_id is not None:
         request["PhysicalResourceId"] = physical_id
     if request_type == "Update":
-        request["OldResourceProperties"] = old_properties if old_properties is not None else {}
+        request["OldResourceProperties"] = copy.deepcopy(old_properties) if old_properties is not None else {}
     return request
 
 

@@ -1,7 +1,8 @@
 """Persists stacks in sqlite under $CRHELPER_HOME (default ~/.crhelper), file `stacks.sqlite`.
 
 Every CLI invocation is a new process, so the store is the only memory the emulator has:
-each engine checkpoint rewrites the stack row and its resource rows in one transaction, and
+stack status changes rewrite the stack row and its resource rows in one transaction, resource
+status changes rewrite that resource's row, and
 events are appended as they happen so `events` in another process sees a running operation.
 Values are stored unmasked (updates need them); the file is created readable by the owner only.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -65,12 +67,19 @@ def _dump(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
+def _resource_row(record: StackRecord, r: ResourceRecord) -> tuple[Any, ...]:
+    position = list(record.resources).index(r.logical_id) if r.logical_id in record.resources else -1
+    return (record.stack_id, r.logical_id, position, r.resource_type, r.physical_id, r.status, _dump(r.to_dict()))
+
+
 class StackStore:
-    """Load, save and list stacks; each call opens its own short-lived connection."""
+    """Load, save and list stacks through one lazily opened connection (close() releases it)."""
 
     def __init__(self, home: str | os.PathLike[str] | None = None) -> None:
         self.home = Path(home).expanduser() if home is not None else default_home()
         self.path = self.home / DB_FILE
+        self._lock = threading.RLock()
+        self._db: sqlite3.Connection | None = None
         self.home.mkdir(parents=True, exist_ok=True)
         if not self.path.exists():
             self.path.touch(mode=0o600)
@@ -79,16 +88,30 @@ class StackStore:
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=30)
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            with db:
-                yield db
-        finally:
-            db.close()
+        """One transaction on the shared connection (operations save after every event)."""
+        with self._lock:
+            if self._db is None:
+                self._db = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+            with self._db:
+                yield self._db
 
-    def save(self, record: StackRecord) -> None:
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    def save(self, record: StackRecord, resource: ResourceRecord | None = None) -> None:
+        """Write the stack row and all resource rows, or with `resource` just that one row."""
+        if resource is not None:
+            with self._connect() as db:
+                db.execute(
+                    "INSERT OR REPLACE INTO resources VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    _resource_row(record, resource),
+                )
+            return
         with self._connect() as db:
             db.execute("DELETE FROM stacks WHERE name = ? AND stack_id != ?", (record.name, record.stack_id))
             db.execute(
@@ -112,10 +135,7 @@ class StackStore:
             db.execute("DELETE FROM resources WHERE stack_id = ?", (record.stack_id,))
             db.executemany(
                 "INSERT INTO resources VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (record.stack_id, r.logical_id, i, r.resource_type, r.physical_id, r.status, _dump(r.to_dict()))
-                    for i, r in enumerate(record.resources.values())
-                ],
+                [_resource_row(record, r) for r in record.resources.values()],
             )
 
     def load(self, name: str) -> StackRecord | None:

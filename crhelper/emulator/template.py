@@ -13,7 +13,7 @@ from typing import Any
 from .errors import TemplateValidationError
 from .intrinsics import Scope, check, check_condition
 from .parameters import ParameterSpec, parse_parameter_spec
-from .yamlfmt import parse_document
+from .document import parse_document
 
 FORMAT_VERSION = "2015-09-01"
 GENERIC_TYPE = "ALIYUN::ROS::CustomResource"

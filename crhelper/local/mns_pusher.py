@@ -106,7 +106,7 @@ class Pusher:
         self._timeout = timeout
         self._rng = random.Random()
         self._stop = threading.Event()
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._attempts: list[PushAttempt] = []
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="local-mns-push")
 
@@ -117,6 +117,16 @@ class Pusher:
     def attempts(self) -> list[PushAttempt]:
         with self._lock:
             return list(self._attempts)
+
+    def wait_attempts(self, message_id: str, count: int, timeout: float) -> list[PushAttempt]:
+        """Block until ``count`` attempts for ``message_id`` are recorded (or timeout); return them."""
+
+        def mine() -> list[PushAttempt]:
+            return [a for a in self._attempts if a.message_id == message_id]
+
+        with self._lock:
+            self._lock.wait_for(lambda: len(mine()) >= count, timeout=timeout)
+            return mine()
 
     def close(self) -> None:
         self._stop.set()
@@ -132,6 +142,7 @@ class Pusher:
             record = PushAttempt(message.topic, sub.name, shown, message.message_id, attempt + 1, status, error)
             with self._lock:
                 self._attempts.append(record)
+                self._lock.notify_all()
             if record.ok or attempt == len(delays) or self._stop.wait(delays[attempt]):
                 return
 

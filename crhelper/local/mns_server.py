@@ -511,6 +511,12 @@ class LocalMNS:
         """Every HTTP/queue push tried so far, in order."""
         return [] if self.pusher is None else self.pusher.attempts()
 
+    def wait_push_attempts(self, message_id: str, count: int, timeout: float = 5.0) -> list[PushAttempt]:
+        """The push attempts for one published message, once ``count`` exist or ``timeout`` passed."""
+        if self.pusher is None:
+            return []
+        return self.pusher.wait_attempts(message_id, count, timeout)
+
     def account(self) -> Any:
         """An ``mns.account.Account`` bound to this endpoint and key."""
         from mns.account import Account

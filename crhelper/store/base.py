@@ -140,7 +140,9 @@ class IdempotencyRecord:
                 response_urls=dict(data.get("response_urls") or {}),
             )
         except (KeyError, ValueError, TypeError) as exc:
-            raise StoreError(f"idempotency record is malformed: {exc!r} field") from None
+            raise StoreError(
+                f"stored idempotency record has a missing or invalid field: {exc}"
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -209,7 +211,7 @@ class Continuation:
                 version=int(data["version"]),
             )
         except (KeyError, ValueError, TypeError) as exc:
-            raise StoreError(f"continuation is malformed: {exc!r} field") from None
+            raise StoreError(f"stored continuation has a missing or invalid field: {exc}") from None
 
 
 @runtime_checkable

@@ -154,7 +154,7 @@ class S3Store:
                 Key=key,
                 Body=body,
                 ContentType="application/json",
-
+                IfNoneMatch="*",
             )
             return True
         except self._client_error as exc:

@@ -296,7 +296,7 @@ class SqliteStore:
             rows = self._conn.execute(
                 "SELECT * FROM continuations WHERE next_run_at <= ?"
                 " ORDER BY next_run_at, id LIMIT ?",
-                (now, limit),
+                (now, max(limit, 0)),
             ).fetchall()
         return [_continuation_from_row(row) for row in rows]
 

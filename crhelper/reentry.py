@@ -1,0 +1,170 @@
+"""How a long-running operation gets called again: an in-process timer, or a delayed async FC invocation.
+
+Only a continuation id travels in a re-entry; the request and its ResponseURLs stay in the store.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import math
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Mapping, Protocol
+
+from .logs import get_logger
+
+#: The only key of a re-entry payload.
+CONTINUATION_FIELD = "crhelperContinuation"
+#: FC 2.0 accepts x-fc-async-delay from 0 to 3,600 s.
+MAX_FC_DELAY = 3600
+
+_log = get_logger("reentry")
+
+
+class Reentry(Protocol):
+    """Something that calls the provider again with a continuation id after a delay."""
+
+    name: str
+
+    def schedule(self, continuation_id: str, delay: float) -> None: ...
+
+
+def continuation_payload(continuation_id: str) -> bytes:
+    return json.dumps({CONTINUATION_FIELD: continuation_id}).encode("utf-8")
+
+
+def continuation_id_of(raw: Mapping[str, Any]) -> str | None:
+    """The continuation id if this decoded event is a re-entry, else None."""
+    value = raw.get(CONTINUATION_FIELD)
+    return value if isinstance(value, str) and len(raw) == 1 else None
+
+
+class UnavailableReentry:
+    """Stands where no re-entry is possible, carrying the reason a long-running handler will be told."""
+
+    name = "unavailable"
+
+    def __init__(self, reason: str) -> None:
+        self.unavailable_reason = reason
+
+    def schedule(self, continuation_id: str, delay: float) -> None:
+        raise RuntimeError(self.unavailable_reason)
+
+
+class LocalScheduler:
+    """In-process re-entry for local runs and long-lived servers: a timer heap and a small worker pool.
+
+    `resume(continuation_id)` is called when a timer fires; `recover()` every `recover_every` seconds
+    picks up continuations whose process died (their step lease ran out).
+    """
+
+    name = "local"
+
+    def __init__(
+        self,
+        resume: Callable[[str], None],
+        recover: Callable[[], None] | None = None,
+        *,
+        workers: int = 4,
+        recover_every: float = 5.0,
+    ) -> None:
+        self._resume = resume
+        self._recover = recover
+        self._recover_every = recover_every
+        self._heap: list[tuple[float, int, str]] = []
+        self._counter = itertools.count()
+        self._wake = threading.Condition()
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="crhelper-reentry")
+        self._stopped = False
+        self._thread = threading.Thread(target=self._loop, name="crhelper-scheduler", daemon=True)
+        self._thread.start()
+
+    def schedule(self, continuation_id: str, delay: float) -> None:
+        with self._wake:
+            heapq.heappush(self._heap, (time.monotonic() + max(0.0, delay), next(self._counter), continuation_id))
+            self._wake.notify()
+
+    def pending(self) -> int:
+        with self._wake:
+            return len(self._heap)
+
+    def _loop(self) -> None:
+        next_recovery = time.monotonic() + (self._recover_every if self._recover else math.inf)
+        while True:
+            with self._wake:
+                if self._stopped:
+                    return
+                now = time.monotonic()
+                due_at = min(self._heap[0][0] if self._heap else math.inf, next_recovery)
+                if due_at > now:
+                    self._wake.wait(min(due_at - now, 1.0))
+                    continue
+                ready = []
+                while self._heap and self._heap[0][0] <= now:
+                    ready.append(heapq.heappop(self._heap)[2])
+            for continuation_id in ready:
+                self._pool.submit(self._guarded, self._resume, continuation_id)
+            if self._recover and time.monotonic() >= next_recovery:
+                next_recovery = time.monotonic() + self._recover_every
+                self._pool.submit(self._guarded, self._recover)
+
+    @staticmethod
+    def _guarded(func: Callable[..., None], *args: Any) -> None:
+        try:
+            func(*args)
+        except Exception:
+            _log.exception("re-entry failed")
+
+    def stop(self) -> None:
+        with self._wake:
+            self._stopped = True
+            self._wake.notify()
+        self._thread.join(2)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class FunctionComputeReentry:
+    """Re-invoke this very function asynchronously with `x-fc-async-delay` (FC 2.0, `fc2` SDK).
+
+    Names and credentials come from the FC context (python3.12 drops `context.credentials`, so the
+    environment is the fallback); the endpoint from CRHELPER_FC_ENDPOINT or the region's internal one.
+    """
+
+    name = "fc"
+
+    def __init__(self, context: object, env: Mapping[str, str] | None = None) -> None:
+        env = os.environ if env is None else env
+        function = getattr(context, "function", None)
+        service = getattr(context, "service", None)
+        credentials = getattr(context, "credentials", None)
+        self.function_name = getattr(function, "name", None) or env.get("FC_FUNCTION_NAME")
+        self.service_name = getattr(service, "name", None) or env.get("FC_SERVICE_NAME")
+        self.qualifier = getattr(service, "qualifier", None) or env.get("FC_QUALIFIER") or None
+        region = getattr(context, "region", None) or env.get("FC_REGION") or ""
+        account = getattr(context, "account_id", None) or env.get("FC_ACCOUNT_ID") or ""
+        self.endpoint = env.get("CRHELPER_FC_ENDPOINT") or f"https://{account}.{region}-internal.fc.aliyuncs.com"
+        self._key_id = getattr(credentials, "access_key_id", None) or env.get("ALIBABA_CLOUD_ACCESS_KEY_ID", "")
+        self._key_secret = getattr(credentials, "access_key_secret", None) or env.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "")
+        self._token = getattr(credentials, "security_token", None) or env.get("ALIBABA_CLOUD_SECURITY_TOKEN", "")
+        missing = [n for n, v in (("function name", self.function_name), ("service name", self.service_name),
+                                  ("access key", self._key_id)) if not v]
+        if missing:
+            raise RuntimeError(f"cannot re-invoke on Function Compute: no {', '.join(missing)} in the context or environment")
+
+    def schedule(self, continuation_id: str, delay: float) -> None:
+        import fc2  # lazy: only long-running operations on FC pay for the SDK
+
+        client = fc2.Client(
+            endpoint=self.endpoint, accessKeyID=self._key_id, accessKeySecret=self._key_secret,
+            securityToken=self._token or "", Timeout=10,
+        )
+        seconds = max(0, min(MAX_FC_DELAY, math.ceil(delay)))
+        client.invoke_function(
+            self.service_name, self.function_name, payload=continuation_payload(continuation_id),
+            headers={"x-fc-invocation-type": "Async", "x-fc-async-delay": str(seconds)}, qualifier=self.qualifier,
+        )
+        _log.info("re-invocation scheduled", extra={"fields": {"delay": seconds, "via": "fc"}})

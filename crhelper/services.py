@@ -1,0 +1,142 @@
+"""The long-lived parts a provider builds on first use: the store, the lifecycle, the re-entry strategy."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from .config import Settings
+from .logs import get_logger
+from .runtime import Services, guarded_runner, send_resumed
+
+if TYPE_CHECKING:
+    from .lifecycle import Lifecycle
+    from .provider import Provider
+    from .reentry import LocalScheduler, Reentry
+    from .store import Store
+
+#: On Function Compute with no CRHELPER_STORE: private to one instance, so only duplicates that reach
+#: the same instance are absorbed, and long-running operations are refused (they need a shared store).
+FC_INSTANCE_STORE = "sqlite:////tmp/crhelper/state.sqlite"
+DEFAULT_LOCAL_STEP_LEASE = 60.0
+RECOVERY_INTERVAL = 60.0
+
+_log = get_logger("services")
+
+
+class ProviderServices:
+    """Owned by one Provider; built lazily so that plain providers never import sqlite or SDKs early."""
+
+    def __init__(self, provider: "Provider") -> None:
+        self._provider = provider
+        self._lock = threading.Lock()
+        self._store: Store | None = None
+        self._store_url: str | None = None
+        self._lifecycle: Lifecycle | None = None
+        self._scheduler: LocalScheduler | None = None
+        self._last_recovery = 0.0
+
+    def _url(self, settings: Settings) -> tuple[str, bool]:
+        """The store URL and whether it is the instance-private FC default."""
+        explicit = self._provider._store
+        if isinstance(explicit, str):
+            return explicit, False
+        if settings.store_url:
+            return settings.store_url, False
+        if settings.on_function_compute:
+            return FC_INSTANCE_STORE, True
+        from .store.url import default_url
+
+        return default_url(), False
+
+    def lifecycle(self, settings: Settings) -> "Lifecycle | None":
+        explicit = self._provider._store
+        url, _ = self._url(settings) if explicit is None or isinstance(explicit, str) else ("<object>", False)
+        if url.strip().lower() == "none":
+            return None
+        with self._lock:
+            if self._lifecycle is None or self._store_url != url:
+                from .lifecycle import Lifecycle
+                from .store import open_store
+
+                store = explicit if explicit is not None and not isinstance(explicit, str) else open_store(url)
+                self._store, self._store_url = store, url
+                lease = settings.step_lease or DEFAULT_LOCAL_STEP_LEASE
+                self._lifecycle = Lifecycle(
+                    self._provider.registry, store, default_type=settings.default_type,
+                    step_lease=lease, record_ttl=settings.record_ttl,
+                )
+            return self._lifecycle
+
+    def reentry(self, settings: Settings, context: object | None, lifecycle: "Lifecycle") -> "Reentry":
+        from .reentry import FunctionComputeReentry, UnavailableReentry
+
+        mode = settings.reentry
+        if mode == "none":
+            return UnavailableReentry("CRHELPER_REENTRY is none")
+        on_fc = context is not None and getattr(context, "function", None) is not None
+        if mode == "fc" or (mode == "auto" and on_fc):
+            if self._url(settings)[1]:
+                return UnavailableReentry(
+                    "long-running operations on Function Compute need a store shared by all instances: "
+                    "set CRHELPER_STORE=s3://<bucket>/<prefix>?endpoint=<OSS endpoint>"
+                )
+            try:
+                return FunctionComputeReentry(context or object())
+            except RuntimeError as exc:
+                return UnavailableReentry(str(exc))
+        return self._local_scheduler(settings)
+
+    def _local_scheduler(self, settings: Settings) -> "LocalScheduler":
+        from .reentry import LocalScheduler
+
+        with self._lock:
+            if self._scheduler is None:
+                self._scheduler = LocalScheduler(
+                    lambda cid: self._resume_local(cid, settings), lambda: self._recover_local(settings),
+                    recover_every=max(1.0, min(30.0, (settings.step_lease or DEFAULT_LOCAL_STEP_LEASE) / 2)),
+                )
+            return self._scheduler
+
+    def _resume_local(self, continuation_id: str, settings: Settings) -> None:
+        from .reentry import continuation_payload
+
+        self._provider.handle(continuation_payload(continuation_id))
+
+    def _recover_local(self, settings: Settings) -> None:
+        lifecycle = self.lifecycle(settings)
+        if lifecycle is None or self._scheduler is None:
+            return
+        run = guarded_runner(self._provider.registry, settings, None, 0.0)
+        send_resumed(lifecycle.recover(run, self._scheduler), settings)
+
+    def for_request(self, settings: Settings, context: object | None) -> Services:
+        lifecycle = self.lifecycle(settings)
+        if lifecycle is None:
+            return Services()
+        return Services(lifecycle, self.reentry(settings, context, lifecycle))
+
+    def maybe_recover(self, settings: Settings, services: Services, context: Any) -> None:
+        """On Function Compute, let any later invocation finish operations whose instance died."""
+        if services.lifecycle is None or getattr(services.reentry, "name", "") != "fc":
+            return
+        now = time.monotonic()
+        if now - self._last_recovery < RECOVERY_INTERVAL:
+            return
+        self._last_recovery = now
+        try:
+            run = guarded_runner(self._provider.registry, settings, None, 0.0)
+            send_resumed(services.lifecycle.recover(run, services.reentry, limit=5), settings)
+        except Exception:
+            _log.exception("recovery of stalled operations failed")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._scheduler is not None:
+                self._scheduler.stop()
+                self._scheduler = None
+            if self._store is not None and not (self._provider._store is not None and not isinstance(self._provider._store, str)):
+                self._store.close()
+            self._store = None
+            self._lifecycle = None
