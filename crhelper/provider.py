@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from .config import ConfigError, Settings
 from .constants import CREATE, DELETE, UPDATE
-from .logs import configure
+from .logs import configure, get_logger
 from .registry import Registry
 from .runtime import answer, answer_failure, failure_answer, handle_event
 from .services import ProviderServices
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from .store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
+_log = get_logger("provider")
 
 
 class Provider:
@@ -80,8 +82,9 @@ class Provider:
             settings = dataclasses.replace(settings, default_type=self.default_type)
         return settings
 
-    def handle(self, event: Any, context: object | None = None) -> dict[str, Any] | None:
-        """Run the whole protocol for one event; returns the response body sent (None if none could be)."""
+    def handle(self, event: Any, context: object | None = None, *, started: float | None = None) -> dict[str, Any] | None:
+        """Run the whole protocol for one event; returns the response body sent (None if none could be).
+        `started` (time.monotonic()) is when the invocation began, for batches sharing one FC deadline."""
         configure()
         try:
             settings = self.settings()
@@ -89,7 +92,7 @@ class Provider:
             result, _report = answer_failure(event, f"provider misconfigured: {exc}", Settings())
             return result.body
         services = self._services.for_request(settings, context)
-        result, _report = handle_event(self.registry, event, settings, context, services)
+        result, _report = handle_event(self.registry, event, settings, context, services, started=started)
         self._services.maybe_recover(settings, services, context)
         return result.body
 
@@ -111,9 +114,31 @@ class Provider:
         return answer(self.registry, event, settings, deadline=deadline).body
 
     def fc_handler(self, event: Any, context: object | None = None) -> str:
-        """Function Compute entry: `handler = provider.fc_handler`. The reply goes to the ResponseURL;
-        the return value (the same body) only helps synchronous callers and logs."""
-        body = self.handle(event, context)
+        """Function Compute entry: `handler = provider.fc_handler` (a Provider is also callable).
+
+        Accepts a direct invocation (the event is the request) and MNS topic and queue triggers (one or a
+        batch of messages, each answered on its own). Answers go to the ResponseURLs; the return value
+        (a JSON summary) only helps synchronous callers and logs.
+        """
         import json
 
-        return json.dumps(body if body is not None else {"Status": "FAILED", "Reason": "request could not be answered"})
+        from .envelopes import SOURCE_DIRECT, unwrap_event
+
+        started = time.monotonic()
+        envelopes = unwrap_event(event)
+        if len(envelopes) == 1 and envelopes[0].source == SOURCE_DIRECT:
+            single = envelopes[0]
+            body = self.handle(single.body if single.ok else event, context, started=started)
+            return json.dumps(body if body is not None else {"Status": "FAILED", "Reason": "request could not be answered"})
+        summary = []
+        for envelope in envelopes:
+            if not envelope.ok:
+                _log.error("message cannot be decoded", extra={"fields": {
+                    "source": envelope.source, "MessageId": envelope.message_id, "error": envelope.error}})
+                summary.append({"MessageId": envelope.message_id, "Error": envelope.error})
+                continue
+            body = self.handle(envelope.body, context, started=started)
+            summary.append({"MessageId": envelope.message_id, "Status": (body or {}).get("Status")})
+        return json.dumps({"Messages": summary})
+
+    __call__ = fc_handler

@@ -154,9 +154,10 @@ def handle_event(
     settings: Settings,
     context: object | None = None,
     services: Services | None = None,
+    started: float | None = None,
 ) -> tuple[Answer, outbound.DeliveryReport]:
     """The whole protocol for one event. Any failure of our own still ends in a FAILED when a URL is known."""
-    started = time.monotonic()
+    started = time.monotonic() if started is None else started
     timeout = function_timeout(context)
     deadline = started + timeout if timeout else None
     margin = guard_margin(timeout, settings.timeout_margin) if timeout else 0.0

@@ -1,0 +1,266 @@
+"""A local Flynn controller: the app, route and event endpoints of spec §2/§8 over the repository.
+
+It runs the same validation code as the provider, answers with Flynn's error JSON and bare
+401/404s, and checks the Basic-auth key in constant time (spec §7). The ``flynn`` backend is
+tested against it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hmac
+import json
+import threading
+from typing import Any, Awaitable, Callable, Sequence
+
+from aiohttp import web
+
+from . import errors as E
+from .model import ROUTE_TYPES
+from .repository import RouteRepository
+from .validation import decode_route
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+MAX_BODY = 10 * 1024 * 1024
+
+
+def parse_keys(auth_key: str, key_ids: str = "") -> list[tuple[str, str]]:
+    """``AUTH_KEY`` split on commas, paired with ``AUTH_KEY_IDS`` when the counts match."""
+    keys = [k for k in auth_key.split(",") if k]
+    ids = [i for i in key_ids.split(",") if i] if key_ids else []
+    if len(ids) != len(keys):
+        ids = [""] * len(keys)
+    return list(zip(keys, ids))
+
+
+def check_auth(header: str | None, keys: Sequence[tuple[str, str]]) -> tuple[bool, str]:
+    """Basic auth with the key as password (any username but ``Bearer``); compares every key.
+
+    Bearer tokens (Flynn's signed access tokens) are not issued locally, so they never pass.
+    """
+    if not header or not header.startswith("Basic "):
+        return False, ""
+    try:
+        user, _, password = base64.b64decode(header[6:], validate=True).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return False, ""
+    if user == "Bearer" or not password:
+        return False, ""
+    matched, key_id = False, ""
+    for key, kid in keys:
+        if hmac.compare_digest(password.encode(), key.encode()):
+            matched, key_id = True, kid
+    return matched, key_id
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=json.dumps(body).encode(), content_type="application/json")
+
+
+def error_response(exc: E.FlynnError) -> web.Response:
+    if exc.bare:
+        return web.Response(status=exc.status)
+    return _json(exc.to_json(), exc.status)
+
+
+class Controller:
+    """The aiohttp application; ``keys`` are ``(key, id)`` pairs from :func:`parse_keys`."""
+
+    def __init__(self, repo: RouteRepository, keys: Sequence[tuple[str, str]]) -> None:
+        if not keys:
+            raise ValueError("controller: at least one auth key is required")
+        self.repo, self.keys = repo, list(keys)
+        self._closing = False
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._middleware], client_max_size=MAX_BODY)
+        app.on_shutdown.append(self._on_shutdown)
+        r = app.router
+        r.add_get("/ping", self.ping)
+        r.add_get("/apps", self.list_apps)
+        r.add_post("/apps", self.create_app)
+        r.add_get("/apps/{app}", self.get_app)
+        r.add_post("/apps/{app}", self.update_app)
+        r.add_delete("/apps/{app}", self.delete_app)
+        r.add_get("/routes", self.list_all_routes)
+        r.add_get("/apps/{app}/routes", self.list_routes)
+        r.add_post("/apps/{app}/routes", self.create_route)
+        r.add_get("/apps/{app}/routes/{type}/{id}", self.get_route)
+        r.add_put("/apps/{app}/routes/{type}/{id}", self.update_route)
+        r.add_delete("/apps/{app}/routes/{type}/{id}", self.delete_route)
+        r.add_get("/events", self.list_events)
+        return app
+
+    async def _on_shutdown(self, app: web.Application) -> None:
+        """Let open event streams end so shutdown does not wait for them."""
+        self._closing = True
+
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path != "/ping":
+            ok, _key_id = check_auth(request.headers.get("Authorization"), self.keys)
+            if not ok:
+                return web.Response(status=401)
+        try:
+            return await handler(request)
+        except E.FlynnError as exc:
+            return error_response(exc)
+        except web.HTTPRequestEntityTooLarge:
+            return error_response(E.FlynnError("request_body_too_big", E.BODY_TOO_BIG))
+        except web.HTTPNotFound:
+            return web.Response(status=404)
+
+    @staticmethod
+    async def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    async def _json_body(self, request: web.Request) -> Any:
+        if "application/json" not in request.headers.get("Content-Type", ""):
+            raise E.FlynnError("validation_error", E.CONTENT_TYPE)
+        try:
+            return json.loads(await request.read())
+        except ValueError:
+            raise E.FlynnError("syntax_error", E.SYNTAX) from None
+
+    # --- handlers ----------------------------------------------------------------------------
+
+    async def ping(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def list_apps(self, request: web.Request) -> web.Response:
+        return _json([a.to_json() for a in await self._call(self.repo.list_apps)])
+
+    async def create_app(self, request: web.Request) -> web.Response:
+        body = await self._json_body(request)
+        if not isinstance(body, dict) or not isinstance(body.get("name", ""), (str, type(None))):
+            raise E.FlynnError("syntax_error", E.SYNTAX)
+        app = await self._call(self.repo.create_app, body.get("name") or None, body.get("meta"))
+        return _json(app.to_json())
+
+    async def get_app(self, request: web.Request) -> web.Response:
+        return _json((await self._call(self.repo.get_app, request.match_info["app"])).to_json())
+
+    async def update_app(self, request: web.Request) -> web.Response:
+        body = await self._json_body(request)
+        meta = body.get("meta") if isinstance(body, dict) else None
+        app = await self._call(self.repo.update_app_meta, request.match_info["app"], meta)
+        return _json(app.to_json())
+
+    async def delete_app(self, request: web.Request) -> web.Response:
+        await self._call(self.repo.delete_app, request.match_info["app"])
+        return web.Response(status=200)
+
+    async def list_all_routes(self, request: web.Request) -> web.Response:
+        return _json([r.to_json() for r in await self._call(self.repo.list_routes)])
+
+    async def list_routes(self, request: web.Request) -> web.Response:
+        routes = await self._call(self.repo.list_routes, request.match_info["app"])
+        return _json([r.to_json() for r in routes])
+
+    async def create_route(self, request: web.Request) -> web.Response:
+        await self._call(self.repo.get_app, request.match_info["app"])
+        route = decode_route(await request.read(), request.headers.get("Content-Type"))
+        created = await self._call(self.repo.create_route, request.match_info["app"], route)
+        return _json(created.to_json())
+
+    def _route_ref(self, request: web.Request) -> tuple[str, str, str]:
+        info = request.match_info
+        if info["type"] not in ROUTE_TYPES:
+            raise E.not_found()
+        return info["app"], info["type"], info["id"]
+
+    async def get_route(self, request: web.Request) -> web.Response:
+        route = await self._call(self.repo.get_route, *self._route_ref(request))
+        return _json(route.to_json())
+
+    async def update_route(self, request: web.Request) -> web.Response:
+        ref = self._route_ref(request)
+        body = decode_route(await request.read(), request.headers.get("Content-Type"))
+        return _json((await self._call(self.repo.update_route, *ref, body)).to_json())
+
+    async def delete_route(self, request: web.Request) -> web.Response:
+        await self._call(self.repo.delete_route, *self._route_ref(request))
+        return web.Response(status=200)
+
+    async def list_events(self, request: web.Request) -> web.StreamResponse:
+        q = request.query
+        numbers: dict[str, int | None] = {}
+        for name in ("before_id", "since_id", "count"):
+            try:
+                numbers[name] = int(q[name]) if q.get(name) else None
+            except ValueError:
+                raise E.field_error(name, "is invalid") from None
+        types = [t for t in q.get("object_types", "").split(",") if t]
+        filters: dict[str, Any] = dict(app_id=q.get("app_id") or None, object_types=types,
+                                       object_id=q.get("object_id") or None, **numbers)
+        if "application/json" in request.headers.get("Accept", ""):
+            events = await self._call(self.repo.list_events, **filters)
+            return _json([e.to_json() for e in events])
+        return await self._stream_events(request, filters)
+
+    async def _stream_events(self, request: web.Request, filters: dict[str, Any]) -> web.StreamResponse:
+        """SSE: replay past events (``past=true`` or ``Last-Event-Id``) ascending, then follow."""
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        last = request.headers.get("Last-Event-Id")
+        if last and last.isdigit():
+            since: int | None = int(last)
+        elif request.query.get("past") == "true":
+            since = 0
+        else:
+            latest = await self._call(self.repo.list_events, count=1)
+            since = latest[0].id if latest else 0
+        filters = {**filters, "since_id": since, "count": None, "before_id": None}
+        while not self._closing:
+            events = await self._call(self.repo.list_events, ascending=True, **filters)
+            for event in events:
+                frame = f"id: {event.id}\ndata: {json.dumps(event.to_json())}\n\n"
+                await response.write(frame.encode())
+                filters["since_id"] = event.id
+            await asyncio.sleep(0.2)
+        return response
+
+
+class ControllerThread:
+    """Serve a :class:`Controller` on 127.0.0.1 from a background thread (tests, CLI)."""
+
+    def __init__(self, controller: Controller, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.controller, self.host, self.port = controller, host, port
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="crhelper-controller", daemon=True)
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def _start(self) -> None:
+        self._runner = web.AppRunner(self.controller.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        server = site._server  # noqa: SLF001 - aiohttp exposes no public getter for the bound port
+        if server is not None and server.sockets:
+            self.port = server.sockets[0].getsockname()[1]
+
+    def start(self) -> "ControllerThread":
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+        return self
+
+    def stop(self) -> None:
+        try:
+            if self._runner is not None:
+                asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            self._loop.close()
+
+    def __enter__(self) -> "ControllerThread":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

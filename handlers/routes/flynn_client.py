@@ -1,0 +1,97 @@
+"""A client of a Flynn controller's app and route API (Basic auth: empty user, controller key).
+
+Error bodies become :class:`errors.FlynnError` with the controller's code and message; bare 401
+and 404 get descriptive texts. The key is never put in an exception or log line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from . import errors as E
+from .model import App, Route
+
+
+class FlynnClient:
+    """Thin synchronous client; ``requests`` is imported lazily to keep cold starts light."""
+
+    def __init__(self, url: str, key: str, *, timeout: float = 10.0, verify: bool | str = True) -> None:
+        import requests
+
+        if not url:
+            raise ValueError("flynn backend: the controller URL is required (CRHELPER_FLYNN_URL)")
+        if not key:
+            raise ValueError("flynn backend: the controller key is required (CRHELPER_FLYNN_KEY)")
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self._session = requests.Session()
+        self._session.auth = ("", key)
+        self._session.verify = verify
+
+    def close(self) -> None:
+        self._session.close()
+
+    def _request(self, method: str, path: str, body: Any = None, *, hint: str = "") -> Any:
+        import requests
+
+        try:
+            resp = self._session.request(method, self.url + path, json=body, timeout=self.timeout)
+        except requests.RequestException as exc:
+            raise E.unknown_error(hint=f"controller unreachable: {type(exc).__name__}") from None
+        if resp.status_code >= 400:
+            try:
+                payload = resp.json() if resp.content else None
+            except ValueError:
+                payload = None
+            raise E.FlynnError.from_json(resp.status_code, payload, hint=hint)
+        if not resp.content:
+            return None
+        return resp.json()
+
+    @staticmethod
+    def _seg(value: str) -> str:
+        return quote(value, safe="")
+
+    # --- apps --------------------------------------------------------------------------------
+
+    def create_app(self, name: str | None, meta: dict[str, str] | None = None) -> App:
+        body: dict[str, Any] = {"meta": meta}
+        if name:
+            body["name"] = name
+        data = self._request("POST", "/apps", body)
+        return App(data["id"], data["name"], data.get("meta") or {}, data.get("created_at", ""), data.get("updated_at", ""))
+
+    def get_app(self, ref: str) -> App:
+        data = self._request("GET", f"/apps/{self._seg(ref)}", hint=f"App: no app {ref}")
+        return App(data["id"], data["name"], data.get("meta") or {}, data.get("created_at", ""), data.get("updated_at", ""))
+
+    def update_app_meta(self, ref: str, meta: dict[str, str]) -> App:
+        data = self._request("POST", f"/apps/{self._seg(ref)}", {"meta": meta}, hint=f"App: no app {ref}")
+        return App(data["id"], data["name"], data.get("meta") or {}, data.get("created_at", ""), data.get("updated_at", ""))
+
+    def delete_app(self, ref: str) -> None:
+        self._request("DELETE", f"/apps/{self._seg(ref)}", hint=f"App: no app {ref}")
+
+    # --- routes ------------------------------------------------------------------------------
+
+    def create_route(self, app: str, route: Route) -> Route:
+        data = self._request("POST", f"/apps/{self._seg(app)}/routes", route.to_json(), hint=f"App: no app {app}")
+        return Route.from_json(data)
+
+    def get_route(self, app: str, route_type: str, route_id: str) -> Route:
+        path = f"/apps/{self._seg(app)}/routes/{self._seg(route_type)}/{self._seg(route_id)}"
+        return Route.from_json(self._request("GET", path, hint=f"Route: no {route_type}/{route_id} in app {app}"))
+
+    def update_route(self, app: str, route_type: str, route_id: str, route: Route) -> Route:
+        path = f"/apps/{self._seg(app)}/routes/{self._seg(route_type)}/{self._seg(route_id)}"
+        hint = f"Route: no {route_type}/{route_id} in app {app}, or its Domain changed"
+        return Route.from_json(self._request("PUT", path, route.to_json(), hint=hint))
+
+    def delete_route(self, app: str, route_type: str, route_id: str) -> None:
+        path = f"/apps/{self._seg(app)}/routes/{self._seg(route_type)}/{self._seg(route_id)}"
+        self._request("DELETE", path, hint=f"Route: no {route_type}/{route_id} in app {app}")
+
+    def list_routes(self, app: str | None = None) -> list[Route]:
+        path = f"/apps/{self._seg(app)}/routes" if app else "/routes"
+        return [Route.from_json(r) for r in self._request("GET", path) or []]
