@@ -20,6 +20,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 _log = get_logger("provider")
 
 
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What happened to one event: the body sent (None when nothing was due or possible) and its delivery."""
+
+    body: dict[str, Any] | None
+    delivered: bool
+    error: str | None = None
+
+
 class Provider:
     """Hosts any number of resource types. Handlers return values; the provider owns the protocol.
 
@@ -85,16 +94,21 @@ class Provider:
     def handle(self, event: Any, context: object | None = None, *, started: float | None = None) -> dict[str, Any] | None:
         """Run the whole protocol for one event; returns the response body sent (None if none could be).
         `started` (time.monotonic()) is when the invocation began, for batches sharing one FC deadline."""
+        return self.process(event, context, started=started).body
+
+    def process(self, event: Any, context: object | None = None, *, started: float | None = None) -> "Outcome":
+        """Like handle(), but also says whether the response was delivered, for transports that must
+        decide whether to acknowledge their message (a queue worker keeps it when delivery failed)."""
         configure()
         try:
             settings = self.settings()
         except ConfigError as exc:  # still answer: the stack must not wait for a typo in an env var
-            result, _report = answer_failure(event, f"provider misconfigured: {exc}", Settings())
-            return result.body
+            result, report = answer_failure(event, f"provider misconfigured: {exc}", Settings())
+            return Outcome(result.body, report.delivered, report.error)
         services = self._services.for_request(settings, context)
-        result, _report = handle_event(self.registry, event, settings, context, services, started=started)
+        result, report = handle_event(self.registry, event, settings, context, services, started=started)
         self._services.maybe_recover(settings, services, context)
-        return result.body
+        return Outcome(result.body, report.delivered, report.error if result.body is not None else result.error)
 
     def close(self) -> None:
         """Stop the in-process scheduler and close the store (tests, servers shutting down)."""
