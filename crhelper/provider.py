@@ -29,6 +29,15 @@ class Outcome:
     error: str | None = None
 
 
+def _summary(outcome: Outcome) -> dict[str, Any]:
+    """What an FC invocation returns: the body sent, or why there is none (for sync callers and logs)."""
+    if outcome.body is not None:
+        return outcome.body
+    if outcome.error:
+        return {"Status": "FAILED", "Reason": f"request could not be answered: {outcome.error}"}
+    return {"Status": "PENDING", "Reason": "nothing to send now (operation in progress, or a duplicate)"}
+
+
 class Provider:
     """Hosts any number of resource types. Handlers return values; the provider owns the protocol.
 
@@ -136,14 +145,16 @@ class Provider:
         """
         import json
 
-        from .envelopes import SOURCE_DIRECT, unwrap_event
+        from .envelopes import SOURCE_DIRECT, SOURCE_UNKNOWN, unwrap_event
 
         started = time.monotonic()
         envelopes = unwrap_event(event)
-        if len(envelopes) == 1 and envelopes[0].source == SOURCE_DIRECT:
+        if len(envelopes) == 1 and envelopes[0].source in (SOURCE_DIRECT, SOURCE_UNKNOWN):
+            # Not an MNS envelope: the request itself, a re-entry, or something malformed that the
+            # runtime answers precisely (FAILED when it still carries a ResponseURL).
             single = envelopes[0]
-            body = self.handle(single.body if single.ok else event, context, started=started)
-            return json.dumps(body if body is not None else {"Status": "FAILED", "Reason": "request could not be answered"})
+            outcome = self.process(single.body if isinstance(single.body, dict) else event, context, started=started)
+            return json.dumps(_summary(outcome))
         summary = []
         for envelope in envelopes:
             if not envelope.ok:
@@ -151,8 +162,8 @@ class Provider:
                     "source": envelope.source, "MessageId": envelope.message_id, "error": envelope.error}})
                 summary.append({"MessageId": envelope.message_id, "Error": envelope.error})
                 continue
-            body = self.handle(envelope.body, context, started=started)
-            summary.append({"MessageId": envelope.message_id, "Status": (body or {}).get("Status")})
+            outcome = self.process(envelope.body, context, started=started)
+            summary.append({"MessageId": envelope.message_id, **_summary(outcome)})
         return json.dumps({"Messages": summary})
 
     __call__ = fc_handler

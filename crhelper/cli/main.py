@@ -12,6 +12,7 @@ from .. import __version__
 #: Modules that add a top-level command through `register(subparsers)`; optional extras may be missing.
 COMMAND_MODULES = (
     "crhelper.cli.invoke",
+    "crhelper.cli.serve",
     "handlers.routes.cli",
 )
 

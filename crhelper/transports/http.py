@@ -1,0 +1,441 @@
+"""The HTTP(S) transport: a WSGI application that accepts ROS requests for `web:` ServiceTokens.
+
+Use it with any WSGI server (`crhelper serve` runs it on waitress) or as a Function Compute HTTP
+trigger handler: ``app = wsgi_app(provider, config=EndpointConfig(...))``.
+
+Modes — how an endpoint knows whether ROS waits for the reply:
+
+* a request whose path ends in ``/sync`` (`EndpointConfig.sync_suffix`) is answered in sync mode;
+  any other path uses `EndpointConfig.mode` (``async`` unless configured otherwise). So one server
+  serves ``web:https://host/`` and ``web[sync]:https://host/sync`` side by side.
+* async (``web:``): the request is checked (body, auth, signature), acknowledged at once with
+  ``{"Accepted": true, "RequestId": ...}``, then handled by a bounded worker pool which posts the
+  response to the ResponseURL. With `inline`, the handler runs before the acknowledgement (for hosts
+  that freeze the process after replying, such as Function Compute HTTP triggers).
+* sync (``web[sync]:``): the HTTP 200 body *is* the response object; a handler still running after
+  `sync_within` (8.5 s by default, ROS allows 10 s) is answered FAILED. A ResponseURL is optional.
+
+Status codes: 5xx only where a retry can help (worker pool full → 503, configurable); everything else
+is 4xx — 400 body not JSON/form or not a ROS request, 401 auth or signature, 405 not POST, 409 replayed
+signed request, 413 body over `max_body`, 415 content type — or, in sync mode, 200 with a FAILED body.
+Error bodies are ``{"Error", "Field", "Message"}`` and never repeat a credential or the request.
+
+Bodies: ``application/json`` (also when no content type is sent), or ``application/x-www-form-urlencoded``
+(HttpConfig.ContentType). ROS does not document how its maps travel in a form, so each top-level field
+is one form field and a value that reads as a JSON object or array is decoded (ResourceProperties,
+OldResourceProperties, Signature); bracketed keys (``Signature[Date]``, ``ResourceProperties[Name]``)
+and ``Signature.Date`` are folded into their map as well. The signature is checked over the decoded
+object, the same data the provider sees.
+
+Duplicates: the transport runs `handle(event)` (default `provider.handle`, which absorbs duplicate
+deliveries through the provider's idempotency store, CRHELPER_STORE) for async requests and
+`respond(event, within)` (default `provider.respond`) for sync ones. Pass other callables to `wsgi_app`
+to put a different store or policy in front of the provider.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+from urllib.parse import parse_qsl, quote, urlencode
+
+from ..logs import get_logger, redact_url, request_context
+from ..request import response_urls_of
+from ..response import encode, failed_body_from_raw
+from .http_config import EndpointConfig
+from .signature import ReplayCache, SignatureError, verify
+
+__all__ = ["FORM_TYPE", "HttpApp", "HttpRefusal", "decode_body", "encode_form", "wsgi_app"]
+
+_log = get_logger("http")
+
+JSON_TYPES = frozenset({"application/json", "text/json"})
+FORM_TYPE = "application/x-www-form-urlencoded"
+#: Stands in for the ResponseURL of a sync request that carries none; sync replies never use it.
+SYNC_REPLY_URL = "urn:crhelper:sync-reply"
+#: Fields without which no response object can be built; their absence means "not a ROS request".
+IDENTITY_FIELDS = ("RequestType", "RequestId", "StackId", "LogicalResourceId")
+_MAP_FIELDS = ("Signature", "ResourceProperties", "OldResourceProperties")
+
+Handle = Callable[[dict[str, Any]], object]
+Respond = Callable[[dict[str, Any], float], "Mapping[str, Any] | None"]
+
+
+class HttpRefusal(Exception):
+    """A request we do not accept; becomes an HTTP error reply naming the field and the rule."""
+
+    def __init__(self, status: int, error: str, field: str, rule: str, headers: Iterable[tuple[str, str]] = ()) -> None:
+        super().__init__(f"{field}: {rule}")
+        self.status = status
+        self.error = error
+        self.field = field
+        self.rule = rule
+        self.headers = list(headers)
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    body: bytes
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+_REASONS = {
+    200: "OK",
+    202: "Accepted",
+    400: "Bad Request",
+    401: "Unauthorized",
+    405: "Method Not Allowed",
+    409: "Conflict",
+    413: "Content Too Large",
+    415: "Unsupported Media Type",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+
+# body decoding (pure) -------------------------------------------------------------------------------
+def _media_type(content_type: str) -> tuple[str, dict[str, str]]:
+    main, *params = content_type.split(";")
+    parsed = {}
+    for param in params:
+        name, _, value = param.partition("=")
+        parsed[name.strip().lower()] = value.strip().strip('"').lower()
+    return main.strip().lower(), parsed
+
+
+def _maybe_json(value: str) -> Any:
+    text = value.strip()
+    if text[:1] in ("{", "["):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def _decode_form(text: str) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    for key, value in parse_qsl(text, keep_blank_values=True):
+        outer, inner = key, None
+        if key.endswith("]") and "[" in key:
+            outer, _, inner = key[:-1].partition("[")
+        elif key.startswith("Signature.") and len(key) > len("Signature."):
+            outer, inner = "Signature", key[len("Signature.") :]
+        if inner is not None:
+            slot = nested.setdefault(outer, {})
+            if inner in slot:
+                raise HttpRefusal(400, "InvalidBody", f"{outer}[{inner}]", "must be given once")
+            slot[inner] = _maybe_json(value)
+            continue
+        if key in result:
+            raise HttpRefusal(400, "InvalidBody", key, "form field must be given once")
+        result[key] = _maybe_json(value) if key in _MAP_FIELDS else value
+    for outer, values in nested.items():
+        if outer in result:
+            raise HttpRefusal(400, "InvalidBody", outer, "given both as one field and as bracketed fields")
+        result[outer] = values
+    return result
+
+
+def encode_form(body: Mapping[str, Any]) -> str:
+    """A request as a form body the way `decode_body` reads it: one field per top-level key, maps and
+    lists as JSON. For clients such as the stack emulator calling `web:` endpoints with form bodies."""
+    fields = {k: v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for k, v in body.items()}
+    return urlencode(fields)
+
+
+def decode_body(raw: bytes, media_type: str) -> dict[str, Any]:
+    """The request object from a JSON or form-encoded body; HttpRefusal(400) says what is wrong."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HttpRefusal(400, "InvalidBody", "body", f"must be UTF-8 text (bad byte at {exc.start})") from None
+    if media_type == FORM_TYPE:
+        return _decode_form(text)
+    if not text.strip():
+        raise HttpRefusal(400, "InvalidBody", "body", "must not be empty")
+    try:
+        decoded = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise HttpRefusal(400, "InvalidBody", "body", f"must be JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    if not isinstance(decoded, dict):
+        raise HttpRefusal(400, "InvalidBody", "body", f"must be a JSON object, got {type(decoded).__name__}")
+    return decoded
+
+
+def check_ros_request(event: Mapping[str, Any], *, need_url: bool) -> None:
+    """Refuse (400) a body that is not a ROS request: we could neither answer nor deliver it.
+    Anything else wrong (unknown RequestType, bad properties) is answered FAILED by the provider."""
+    missing = [name for name in IDENTITY_FIELDS if not isinstance(event.get(name), str) or not event.get(name)]
+    if missing:
+        raise HttpRefusal(400, "NotARosRequest", ", ".join(missing), "required non-empty string field(s) of a ROS request")
+    if need_url and response_urls_of(event) == (None, None):
+        raise HttpRefusal(400, "NotARosRequest", "ResponseURL", "required for asynchronous (web:) requests")
+
+
+# request checks that read the WSGI environ ---------------------------------------------------------
+def _header(environ: Mapping[str, Any], name: str) -> str | None:
+    key = name.upper().replace("-", "_")
+    value = environ.get(key if key in ("CONTENT_TYPE", "CONTENT_LENGTH") else f"HTTP_{key}")
+    return value if isinstance(value, str) else None
+
+
+def _request_path(environ: Mapping[str, Any]) -> str:
+    raw = environ.get("REQUEST_URI") or environ.get("RAW_URI")
+    if isinstance(raw, str) and raw.startswith("/"):
+        return raw.split("?", 1)[0]
+    return quote(f"{environ.get('SCRIPT_NAME', '')}{environ.get('PATH_INFO', '')}") or "/"
+
+
+def _read_body(environ: Mapping[str, Any], limit: int) -> bytes:
+    length_text = environ.get("CONTENT_LENGTH") or ""
+    stream = environ["wsgi.input"]
+    if length_text:
+        try:
+            length = int(length_text)
+        except ValueError:
+            raise HttpRefusal(400, "InvalidRequest", "Content-Length", "must be a whole number") from None
+        if length < 0:
+            raise HttpRefusal(400, "InvalidRequest", "Content-Length", "must not be negative")
+        if length > limit:
+            raise HttpRefusal(413, "BodyTooLarge", "body", f"must be at most {limit} bytes")
+        return stream.read(length) if length else b""
+    raw = stream.read(limit + 1)
+    if len(raw) > limit:
+        raise HttpRefusal(413, "BodyTooLarge", "body", f"must be at most {limit} bytes")
+    return raw
+
+
+def _check_auth(environ: Mapping[str, Any], config: EndpointConfig) -> None:
+    """Bearer or basic credentials, compared in constant time; nothing to check when neither is set."""
+    if config.bearer_token is None and config.basic_auth is None:
+        return
+    presented = (_header(environ, "Authorization") or "").strip()
+    scheme, _, credentials = presented.partition(" ")
+    ok = False
+    if config.bearer_token is not None and scheme.lower() == "bearer":
+        ok = hmac.compare_digest(credentials.strip().encode(), config.bearer_token.encode())
+    elif config.basic_auth is not None and scheme.lower() == "basic":
+        try:
+            decoded = base64.b64decode(credentials.strip(), validate=True)
+        except (binascii.Error, ValueError):
+            decoded = b""
+        expected = f"{config.basic_auth[0]}:{config.basic_auth[1]}".encode()
+        ok = hmac.compare_digest(decoded, expected)
+    if not ok:
+        challenge = 'Bearer realm="crhelper"' if config.bearer_token is not None else 'Basic realm="crhelper"'
+        raise HttpRefusal(401, "Unauthorized", "Authorization", "missing or wrong credentials", [("WWW-Authenticate", challenge)])
+
+
+def signed_urls(environ: Mapping[str, Any], config: EndpointConfig) -> list[str]:
+    """The ServiceToken URLs this request may have been signed for: public URL (or Host) + path."""
+    if config.public_url:
+        base = config.public_url
+    else:
+        host = _header(environ, "Host") or f"{environ.get('SERVER_NAME', '')}:{environ.get('SERVER_PORT', '')}"
+        base = f"{environ.get('wsgi.url_scheme', 'http')}://{host}"
+    base = base.rstrip("/")
+    path = _request_path(environ)
+    query = environ.get("QUERY_STRING") or ""
+    urls = [f"{base}{path}" + (f"?{query}" if query else "")]
+    if path in ("", "/") and not query:
+        urls.append(base)  # `web:https://abc.com` is requested as path "/"
+    return urls
+
+
+def _check_signature(
+    environ: Mapping[str, Any], event: Mapping[str, Any], media_type: str, key: str, config: EndpointConfig
+) -> str:
+    """Verify `Signature` (401 otherwise) and return its Value for the replay check."""
+    headers = {}
+    for name in config.signed_headers:
+        value = _header(environ, name)
+        if value is None:
+            raise HttpRefusal(401, "SignatureMismatch", f"header {name}", "required: it is part of the signed request")
+        headers[name] = value
+    try:
+        verified = verify(
+            event,
+            key=key,
+            urls=signed_urls(environ, config),
+            content_type=media_type,
+            headers=headers,
+            max_skew=config.max_skew,
+            variant=config.signature_variant,
+        )
+    except SignatureError as exc:
+        raise HttpRefusal(401, "SignatureMismatch", exc.field, exc.rule) from None
+    return verified.value
+
+
+# the worker pool ---------------------------------------------------------------------------------------
+class _WorkerPool:
+    """At most `workers` handlers at once and `backlog` more waiting; beyond that submit says no."""
+
+    def __init__(self, workers: int, backlog: int) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="crhelper-http")
+        self._slots = threading.BoundedSemaphore(workers + backlog)
+        self._closed = False
+
+    def submit(self, job: Callable[[], None]) -> bool:
+        if self._closed or not self._slots.acquire(blocking=False):
+            return False
+
+        def run() -> None:
+            try:
+                job()
+            finally:
+                self._slots.release()
+
+        try:
+            self._executor.submit(run)
+        except RuntimeError:  # shut down between the check and the submit
+            self._slots.release()
+            return False
+        return True
+
+    def close(self, wait: bool) -> None:
+        self._closed = True
+        self._executor.shutdown(wait=wait)
+
+
+# the application ------------------------------------------------------------------------------------------
+def _json_reply(status: int, payload: Mapping[str, Any], headers: Iterable[tuple[str, str]] = ()) -> Reply:
+    return Reply(status, json.dumps(payload, separators=(",", ":")).encode("utf-8"), tuple(headers))
+
+
+class HttpApp:
+    """The WSGI callable. `close()` stops accepting async work and (by default) waits for running handlers."""
+
+    def __init__(
+        self,
+        provider: Any,
+        config: EndpointConfig,
+        *,
+        handle: Handle | None = None,
+        respond: Respond | None = None,
+    ) -> None:
+        self.config = config
+        self._handle: Handle = handle or provider.handle
+        self._respond: Respond = respond or (lambda event, within: provider.respond(event, within=within))
+        self._pool = None if config.inline else _WorkerPool(config.workers, config.backlog)
+        self._replays = (
+            ReplayCache(2 * config.max_skew, config.replay_cache_size)
+            if config.sign_key is not None and config.reject_replays
+            else None
+        )
+
+    # WSGI ------------------------------------------------------------------------------------------------
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        received = time.monotonic()
+        path = _request_path(environ)
+        try:
+            reply = self._serve(environ, path, received)
+        except HttpRefusal as refusal:
+            _log.warning(
+                "request refused",
+                extra={"fields": {"status": refusal.status, "error": refusal.error, "field": refusal.field, "path": path}},
+            )
+            payload = {"Error": refusal.error, "Field": refusal.field, "Message": refusal.rule}
+            reply = _json_reply(refusal.status, payload, refusal.headers)
+        except Exception:  # a bug of ours: 500 so ROS may retry, details only in our log
+            _log.exception("internal error in the HTTP transport", extra={"fields": {"path": path}})
+            reply = _json_reply(500, {"Error": "InternalError", "Field": "-", "Message": "internal error; see the server log"})
+        headers = [
+            ("Content-Type", "application/json"),
+            ("Content-Length", str(len(reply.body))),
+            ("Cache-Control", "no-store"),
+            *reply.headers,
+        ]
+        start_response(f"{reply.status} {_REASONS.get(reply.status, 'Status')}", headers)
+        return [reply.body]
+
+    def _serve(self, environ: Mapping[str, Any], path: str, received: float) -> Reply:
+        config = self.config
+        if environ.get("REQUEST_METHOD", "GET").upper() != "POST":
+            raise HttpRefusal(405, "MethodNotAllowed", "method", "ROS sends requests with POST", [("Allow", "POST")])
+        media_type, params = _media_type(_header(environ, "Content-Type") or "application/json")
+        if media_type not in JSON_TYPES and media_type != FORM_TYPE:
+            raise HttpRefusal(415, "UnsupportedMediaType", "Content-Type", f"must be application/json or {FORM_TYPE}")
+        if params.get("charset", "utf-8") not in ("utf-8", "utf8", "us-ascii"):
+            raise HttpRefusal(415, "UnsupportedMediaType", "Content-Type", "charset must be utf-8")
+        raw = _read_body(environ, config.max_body)
+        _check_auth(environ, config)
+        event = decode_body(raw, media_type)
+        sync = path.rstrip("/").endswith(config.sync_suffix) or config.mode == "sync"
+        check_ros_request(event, need_url=not sync)
+        replay_key: tuple[str, ...] | None = None
+        if config.sign_key is not None:
+            value = _check_signature(environ, event, media_type, config.sign_key, config)
+            if self._replays is not None:
+                replay_key = (event["StackId"], event["RequestId"], event["LogicalResourceId"], value.lower())
+                if not self._replays.claim(replay_key):
+                    raise HttpRefusal(409, "Replayed", "Signature.Value", "this signed request was already accepted")
+        event.pop("Signature", None)
+        with request_context({name: event[name] for name in IDENTITY_FIELDS}):
+            try:
+                if sync:
+                    return self._answer_sync(event, received)
+                return self._accept_async(event)
+            except BaseException:
+                if replay_key is not None and self._replays is not None:
+                    self._replays.release(replay_key)
+                raise
+
+    def _answer_sync(self, event: dict[str, Any], received: float) -> Reply:
+        if response_urls_of(event) == (None, None):
+            event["ResponseURL"] = SYNC_REPLY_URL
+        within = max(0.1, self.config.sync_within - (time.monotonic() - received))
+        try:
+            body = self._respond(event, within)
+        except Exception as exc:  # the reply is the result: a crash must still be a FAILED body
+            _log.exception("sync handler path failed")
+            body = failed_body_from_raw(event, f"internal error in crhelper: {type(exc).__name__}")
+        if body is None:
+            body = failed_body_from_raw(event, "request could not be answered")
+        _log.info("sync request answered", extra={"fields": {"Status": body.get("Status")}})
+        return Reply(200, encode(body))
+
+    def _accept_async(self, event: dict[str, Any]) -> Reply:
+        ack = {"Accepted": True, "RequestId": event["RequestId"], "LogicalResourceId": event["LogicalResourceId"]}
+        if self._pool is None:
+            self._run(event)
+            return _json_reply(self.config.ack_status, ack)
+        if not self._pool.submit(lambda: self._run(event)):
+            raise HttpRefusal(
+                self.config.overload_status, "Overloaded", "-", "all workers are busy; retry later", [("Retry-After", "5")]
+            )
+        _log.info("async request accepted", extra={"fields": {"url": redact_url(response_urls_of(event)[0])}})
+        return _json_reply(self.config.ack_status, ack)
+
+    def _run(self, event: dict[str, Any]) -> None:
+        try:
+            self._handle(event)
+        except Exception:  # provider.handle answers its own failures; this is a last resort for the log
+            _log.exception("async handler raised", extra={"fields": {"RequestId": event.get("RequestId")}})
+
+    def close(self, wait: bool = True) -> None:
+        """Refuse new async requests (503) and, with `wait`, let accepted ones finish answering."""
+        if self._pool is not None:
+            self._pool.close(wait)
+
+
+def wsgi_app(
+    provider: Any,
+    *,
+    config: EndpointConfig | None = None,
+    handle: Handle | None = None,
+    respond: Respond | None = None,
+) -> HttpApp:
+    """The WSGI application for `provider`. `handle`/`respond` replace `provider.handle`/`provider.respond`
+    (e.g. wrapped with the idempotency store); the config defaults to async mode without auth."""
+    return HttpApp(provider, config or EndpointConfig(), handle=handle, respond=respond)

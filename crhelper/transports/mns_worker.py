@@ -1,0 +1,515 @@
+"""A queue worker for `acs:mns:<region>:<account>:queues/<name>` ServiceTokens (spec §4.2, rule 16).
+
+ROS enqueues each request; this worker long-polls the queue with the real `aliyun-mns-sdk` (base64
+encoding off, bodies decoded defensively), runs up to `concurrency` requests at once, keeps each
+message invisible while its handler runs, and deletes it only once nothing is left to do for it:
+
+* response delivered, or nothing to send now (an operation continuing later, a duplicate absorbed by
+  the idempotency store, a request no one can answer): delete;
+* response NOT delivered (ResponseURL unreachable): keep. MNS makes the message visible again after
+  the visibility timeout and the store re-sends the stored answer, without running the handler again;
+* poison (not JSON, not base64 of JSON, not a ROS request): delete at once and log an error with the
+  MessageId. Redelivery cannot make such a body readable, and ROS cannot be answered without its
+  ResponseURL, so keeping it would only cost a receive per visibility timeout until retention ends.
+
+SIGTERM/SIGINT stop receiving, let in-flight handlers finish for up to a grace period, then exit 0;
+messages still running then are simply redelivered later. Each thread has its own SDK client, because
+the SDK keeps one HTTP connection per client and is not thread-safe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import queue as queue_module
+import random
+import signal
+import threading
+import time
+from typing import Any, Callable, Literal, Union
+
+from ..config import ConfigError
+from ..envelopes import BodyDecodeError, decode_body
+from ..logs import configure, get_logger
+from ..reentry import Reentry
+from ..runtime import Services, guarded_runner, handle_event, send_resumed
+
+__all__ = [
+    "QueueWorker",
+    "Action",
+    "disposition",
+    "first_extension_delay",
+    "error_backoff",
+    "process_message",
+    "recover_stalled",
+    "MAX_BATCH",
+]
+
+#: MNS returns at most 16 messages per batch receive.
+MAX_BATCH = 16
+#: MNS long polls last 0-30 s.
+MAX_WAIT_SECONDS = 30
+#: MNS visibility timeouts are 1-43,200 s.
+MAX_VISIBILITY = 43_200
+#: Errors that mean a receipt handle no longer holds the message (it became visible or was taken again).
+LOST_HANDLE_ERRORS = frozenset({"MessageNotExist", "ReceiptHandleError"})
+
+ReentryChoice = Union[Reentry, Literal["queue", "provider"]]
+
+_log = get_logger("worker")
+
+
+class Action(enum.Enum):
+    DELETE = "delete"
+    KEEP = "keep"
+
+
+def disposition(body: dict[str, Any] | None, delivered: bool) -> tuple[Action, str]:
+    """What to do with a handled message, and why (pure)."""
+    if body is None:
+        return Action.DELETE, "nothing to send now"
+    if delivered:
+        return Action.DELETE, "response delivered"
+    return Action.KEEP, "response not delivered; left in the queue for redelivery"
+
+
+def first_extension_delay(next_visible_ms: int | None, extend_every: float, now: float) -> float:
+    """Seconds until the first visibility extension: on schedule, or at half the time the queue's own
+    VisibilityTimeout leaves (it may be shorter than ours)."""
+    if not next_visible_ms or next_visible_ms <= 1:
+        return extend_every
+    remaining = next_visible_ms / 1000.0 - now
+    return max(0.0, min(extend_every, remaining / 2.0))
+
+
+def error_backoff(failures: int, base: float = 0.5, cap: float = 30.0,
+                  rand: Callable[[float, float], float] = random.uniform) -> float:
+    """Exponential back-off with jitter after consecutive MNS errors (failures counts from 1)."""
+    ceiling = min(cap, base * (2 ** max(0, failures - 1)))
+    return rand(ceiling / 2.0, ceiling)
+
+
+def process_message(provider: Any, request: dict[str, Any], reentry: Reentry | None) -> Any:
+    """`provider.process(request)`, but long-running operations continue through `reentry`.
+
+    Provider.process picks its re-entry from the FC context or CRHELPER_REENTRY and has no way to be
+    told "this request came from a queue"; this builds the same Services with the given strategy.
+    Returns a crhelper.provider.Outcome.
+    """
+    if reentry is None:
+        return provider.process(request)
+    from ..provider import Outcome
+
+    configure()
+    try:
+        settings = provider.settings()
+    except ConfigError:
+        return provider.process(request)  # answers FAILED "provider misconfigured"
+    lifecycle = provider._services.lifecycle(settings)
+    services = Services(lifecycle, reentry) if lifecycle is not None else Services()
+    result, report = handle_event(provider.registry, request, settings, None, services)
+    return Outcome(result.body, report.delivered, report.error if result.body is not None else result.error)
+
+
+def recover_stalled(provider: Any, reentry: Reentry, limit: int = 5) -> int:
+    """Resume operations whose worker died mid-step (their step lease ran out); returns how many finished."""
+    settings = provider.settings()
+    lifecycle = provider._services.lifecycle(settings)
+    if lifecycle is None:
+        return 0
+    run = guarded_runner(provider.registry, settings, None, 0.0)
+    finished = lifecycle.recover(run, reentry, limit=limit)
+    send_resumed(finished, settings)
+    return len(finished)
+
+
+@dataclasses.dataclass
+class _Lease:
+    """One received message while it is being handled; the lock orders extensions and the final delete."""
+
+    message_id: str
+    receipt_handle: str
+    dequeue_count: int
+    next_extend_at: float
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    finished: bool = False
+    lost: bool = False
+
+
+@dataclasses.dataclass
+class WorkerStats:
+    received: int = 0
+    deleted: int = 0
+    kept: int = 0
+    poison: int = 0
+    extensions: int = 0
+    lost: int = 0
+    released: int = 0
+    receive_errors: int = 0
+    recovered: int = 0
+
+
+class QueueWorker:
+    """Consume ROS requests from one MNS queue: `QueueWorker(provider, endpoint=..., queue=..., ...).run_forever()`.
+
+    `reentry`: "queue" (default) continues long-running operations by sending delayed continuation
+    messages to this same queue (unless CRHELPER_REENTRY names another strategy); "provider" leaves
+    the choice to the provider; or pass any Reentry object (e.g. an MnsQueueReentry for another queue).
+    """
+
+    def __init__(
+        self,
+        provider: Any,
+        *,
+        endpoint: str,
+        queue: str,
+        access_key_id: str,
+        access_key_secret: str,
+        security_token: str = "",
+        concurrency: int = 4,
+        wait_seconds: int = 10,
+        visibility_timeout: int = 60,
+        extend_every: float | None = None,
+        grace: float = 30.0,
+        reentry: ReentryChoice = "queue",
+        recover_every: float = 60.0,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency: must be at least 1, got {concurrency}")
+        if not 0 <= wait_seconds <= MAX_WAIT_SECONDS:
+            raise ValueError(f"wait_seconds: MNS long polls last 0-{MAX_WAIT_SECONDS} s, got {wait_seconds}")
+        if not 1 <= visibility_timeout <= MAX_VISIBILITY:
+            raise ValueError(f"visibility_timeout: MNS allows 1-{MAX_VISIBILITY} s, got {visibility_timeout}")
+        every = extend_every if extend_every is not None else max(0.5, visibility_timeout / 3.0)
+        if not 0 < every < visibility_timeout:
+            raise ValueError(f"extend_every: must be above 0 and below visibility_timeout ({visibility_timeout}), got {every}")
+        self.provider = provider
+        self.endpoint = endpoint
+        self.queue_name = queue
+        self.concurrency = concurrency
+        self.wait_seconds = int(wait_seconds)
+        self.visibility_timeout = int(visibility_timeout)
+        self.extend_every = float(every)
+        self.grace = grace
+        self.recover_every = recover_every
+        self._credentials = (access_key_id, access_key_secret, security_token)
+        self._reentry_choice = reentry
+        self._local = threading.local()
+        self._lock = threading.Condition()
+        self._leases: dict[int, _Lease] = {}
+        self._busy = 0
+        self._tasks: queue_module.Queue[Callable[[], None] | None] = queue_module.Queue()
+        self._stopping = threading.Event()
+        self._keeper_stop = threading.Event()
+        self._keeper_wake = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._receiver: threading.Thread | None = None
+        self._last_recovery = time.monotonic()
+        self._stats = WorkerStats()
+        self._started = False
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> "QueueWorker":
+        if self._started:
+            return self
+        self._started = True
+        configure()
+        for index in range(self.concurrency):
+            thread = threading.Thread(target=self._work, name=f"crhelper-worker-{index}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        keeper = threading.Thread(target=self._keep_visible, name="crhelper-worker-visibility", daemon=True)
+        keeper.start()
+        self._threads.append(keeper)
+        self._receiver = threading.Thread(target=self._receive_loop, name="crhelper-worker-receive", daemon=True)
+        self._receiver.start()
+        _log.info("queue worker started", extra={"fields": {
+            "queue": self.queue_name, "concurrency": self.concurrency, "wait_seconds": self.wait_seconds,
+            "visibility_timeout": self.visibility_timeout, "reentry": self._reentry_name()}})
+        return self
+
+    def stop(self, grace: float | None = None) -> bool:
+        """Stop receiving, wait up to `grace` seconds for in-flight messages; True when all finished."""
+        if not self._started:
+            return True
+        grace = self.grace if grace is None else grace
+        self._stopping.set()
+        with self._lock:
+            self._lock.notify_all()
+        deadline = time.monotonic() + grace
+        with self._lock:
+            drained = self._lock.wait_for(lambda: self._busy == 0, timeout=max(0.0, grace))
+        if not drained:
+            _log.warning("grace period over with messages still in flight; MNS will redeliver them",
+                         extra={"fields": {"in_flight": self._busy, "grace": grace}})
+        if self._receiver is not None:  # its long poll ends within wait_seconds; what it got is released
+            self._receiver.join(self.wait_seconds + 2.0 if drained else max(0.1, deadline - time.monotonic()))
+        self._keeper_stop.set()
+        self._keeper_wake.set()
+        for _ in range(self.concurrency):
+            self._tasks.put(None)
+        for thread in self._threads:
+            thread.join(0.5 if not drained else 5.0)
+        self._started = False
+        _log.info("queue worker stopped", extra={"fields": dataclasses.asdict(self._stats)})
+        return drained
+
+    def run_forever(self) -> int:
+        """Run until SIGTERM or SIGINT, then stop gracefully; returns the process exit code (0)."""
+        requested = threading.Event()
+        previous: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, lambda signum, frame: requested.set())
+        try:
+            self.start()
+            while not requested.wait(0.5):
+                pass
+            _log.info("stop requested: finishing in-flight messages", extra={"fields": {"grace": self.grace}})
+        finally:
+            self.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return 0
+
+    def __enter__(self) -> "QueueWorker":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return dataclasses.asdict(self._stats)
+
+    def _count(self, name: str, by: int = 1) -> None:
+        with self._lock:
+            setattr(self._stats, name, getattr(self._stats, name) + by)
+
+    # ------------------------------------------------------------------ SDK clients
+    def _queue(self) -> Any:
+        """This thread's SDK queue client, base64 encoding off."""
+        client = getattr(self._local, "queue", None)
+        if client is None:
+            from mns.account import Account
+
+            key_id, key_secret, token = self._credentials
+            client = Account(self.endpoint, key_id, key_secret, token).get_queue(self.queue_name)
+            client.set_encoding(False)
+            self._local.queue = client
+        return client
+
+    def _reentry(self) -> Reentry | None:
+        choice = self._reentry_choice
+        if choice == "provider":
+            return None
+        if choice != "queue":
+            return choice  # type: ignore[return-value]
+        try:
+            if self.provider.settings().reentry != "auto":
+                return None  # CRHELPER_REENTRY names a strategy explicitly: the provider's choice stands
+        except ConfigError:
+            return None
+        reentry = getattr(self, "_own_reentry", None)
+        if reentry is None:
+            from ..reentry_mns import MnsQueueReentry
+
+            key_id, key_secret, token = self._credentials
+            reentry = MnsQueueReentry(endpoint=self.endpoint, queue=self.queue_name, access_key_id=key_id,
+                                      access_key_secret=key_secret, security_token=token)
+            self._own_reentry = reentry
+        return reentry
+
+    def _reentry_name(self) -> str:
+        choice = self._reentry_choice
+        return choice if isinstance(choice, str) else getattr(choice, "name", type(choice).__name__)
+
+    # ------------------------------------------------------------------ receiving
+    def _wait_for_slot(self) -> int:
+        with self._lock:
+            self._lock.wait_for(lambda: self._busy < self.concurrency or self._stopping.is_set())
+            return 0 if self._stopping.is_set() else self.concurrency - self._busy
+
+    def _receive_loop(self) -> None:
+        from mns.mns_exception import MNSExceptionBase, MNSServerException
+
+        failures = 0
+        while not self._stopping.is_set():
+            free = self._wait_for_slot()
+            if free <= 0:
+                break
+            try:
+                messages = self._queue().batch_receive_message(min(MAX_BATCH, free), self.wait_seconds)
+            except MNSServerException as exc:
+                if exc.type == "MessageNotExist":  # an empty queue after the long poll: normal
+                    failures = 0
+                    self._maybe_recover()
+                    continue
+                failures = self._receive_failed(failures, exc.type, exc.message)
+                continue
+            except MNSExceptionBase as exc:
+                failures = self._receive_failed(failures, exc.type, exc.message)
+                continue
+            failures = 0
+            if self._stopping.is_set():
+                self._release(messages)
+                break
+            for message in messages:
+                self._dispatch(message)
+            self._maybe_recover()
+
+    def _receive_failed(self, failures: int, kind: str, message: str) -> int:
+        failures += 1
+        delay = error_backoff(failures)
+        self._count("receive_errors")
+        _log.error("receiving from the queue failed; backing off", extra={"fields": {
+            "queue": self.queue_name, "error": f"{kind}: {message}", "retry_in": round(delay, 2)}})
+        self._stopping.wait(delay)
+        return failures
+
+    def _release(self, messages: list[Any]) -> None:
+        """Messages received while stopping: make them visible again soon for another worker."""
+        from mns.mns_exception import MNSExceptionBase
+
+        for message in messages:
+            try:
+                self._queue().change_message_visibility(message.receipt_handle, 1)
+                self._count("released")
+            except MNSExceptionBase as exc:
+                _log.warning("could not release a message while stopping", extra={"fields": {
+                    "MessageId": message.message_id, "error": exc.type}})
+
+    def _dispatch(self, message: Any) -> None:
+        delay = first_extension_delay(getattr(message, "next_visible_time", None), self.extend_every, time.time())
+        lease = _Lease(message.message_id, message.receipt_handle, int(message.dequeue_count or 0),
+                       time.monotonic() + delay)
+        with self._lock:
+            self._busy += 1
+            self._leases[id(lease)] = lease
+            self._stats.received += 1
+        self._keeper_wake.set()
+        self._tasks.put(lambda: self._handle(message, lease))
+
+    def _maybe_recover(self) -> None:
+        """Now and then, let this worker finish operations whose worker died mid-step."""
+        reentry = self._reentry() if self._reentry_choice != "provider" else None
+        if reentry is None or time.monotonic() - self._last_recovery < self.recover_every:
+            return
+        self._last_recovery = time.monotonic()
+        with self._lock:
+            if self._busy >= self.concurrency:
+                return
+            self._busy += 1
+        self._tasks.put(lambda: self._recover(reentry))
+
+    def _recover(self, reentry: Reentry) -> None:
+        try:
+            self._count("recovered", recover_stalled(self.provider, reentry))
+        except Exception:
+            _log.exception("recovery of stalled operations failed")
+        finally:
+            self._done()
+
+    # ------------------------------------------------------------------ handling
+    def _work(self) -> None:
+        while True:
+            task = self._tasks.get()
+            if task is None:
+                return
+            task()
+
+    def _done(self) -> None:
+        with self._lock:
+            self._busy -= 1
+            self._lock.notify_all()
+
+    def _handle(self, message: Any, lease: _Lease) -> None:
+        fields = {"MessageId": lease.message_id, "DequeueCount": lease.dequeue_count}
+        try:
+            try:
+                request = decode_body(message.message_body)
+            except BodyDecodeError as exc:
+                self._count("poison")
+                _log.error("poison message deleted: the body is not a ROS request",
+                           extra={"fields": {**fields, "error": str(exc)}})
+                self._finish(lease, Action.DELETE)
+                return
+            outcome = process_message(self.provider, request, self._reentry())
+            action, reason = disposition(outcome.body, outcome.delivered)
+            if outcome.body is None and outcome.error:
+                self._count("poison")
+                _log.error("message deleted: it cannot be answered",
+                           extra={"fields": {**fields, "error": outcome.error}})
+            elif action is Action.KEEP:
+                _log.warning(reason, extra={"fields": {**fields, "error": outcome.error}})
+            self._finish(lease, action)
+        except Exception:  # a bug of ours: keep the message so that MNS redelivers it
+            _log.exception("handling a message failed; it stays in the queue", extra={"fields": fields})
+            self._finish(lease, Action.KEEP)
+        finally:
+            self._done()
+
+    def _finish(self, lease: _Lease, action: Action) -> None:
+        from mns.mns_exception import MNSExceptionBase
+
+        with lease.lock:  # waits for an extension in progress, whose new handle the delete needs
+            lease.finished = True
+            handle, lost = lease.receipt_handle, lease.lost
+        with self._lock:
+            self._leases.pop(id(lease), None)
+        if action is Action.KEEP:
+            self._count("kept")
+            return
+        if lost:
+            _log.warning("message not deleted: its visibility lapsed while handling, MNS may deliver it again "
+                         "(the idempotency store absorbs the duplicate)", extra={"fields": {"MessageId": lease.message_id}})
+            return
+        try:
+            self._queue().delete_message(handle)
+            self._count("deleted")
+        except MNSExceptionBase as exc:
+            _log.warning("deleting a handled message failed; MNS may deliver it again",
+                         extra={"fields": {"MessageId": lease.message_id, "error": f"{exc.type}: {exc.message}"}})
+
+    # ------------------------------------------------------------------ visibility
+    def _keep_visible(self) -> None:
+        while not self._keeper_stop.is_set():
+            now = time.monotonic()
+            with self._lock:
+                leases = list(self._leases.values())
+            for lease in leases:
+                if lease.next_extend_at <= now:
+                    self._extend(lease)
+            with self._lock:
+                upcoming = [lease.next_extend_at for lease in self._leases.values() if not lease.lost]
+            wait = min(upcoming, default=now + 1.0) - time.monotonic()
+            self._keeper_wake.wait(min(1.0, max(0.02, wait)))
+            self._keeper_wake.clear()
+
+    def _extend(self, lease: _Lease) -> None:
+        from mns.mns_exception import MNSExceptionBase, MNSServerException
+
+        with lease.lock:
+            if lease.finished or lease.lost:
+                return
+            try:
+                changed = self._queue().change_message_visibility(lease.receipt_handle, self.visibility_timeout)
+            except MNSServerException as exc:
+                if exc.type in LOST_HANDLE_ERRORS:
+                    lease.lost = True
+                    self._count("lost")
+                    _log.warning("message visibility lapsed before it could be extended",
+                                 extra={"fields": {"MessageId": lease.message_id, "error": exc.type}})
+                    return
+                lease.next_extend_at = time.monotonic() + min(1.0, self.extend_every / 4.0)
+                _log.warning("extending message visibility failed; retrying", extra={"fields": {
+                    "MessageId": lease.message_id, "error": f"{exc.type}: {exc.message}"}})
+                return
+            except MNSExceptionBase as exc:
+                lease.next_extend_at = time.monotonic() + min(1.0, self.extend_every / 4.0)
+                _log.warning("extending message visibility failed; retrying", extra={"fields": {
+                    "MessageId": lease.message_id, "error": f"{exc.type}: {exc.message}"}})
+                return
+            lease.receipt_handle = changed.receipt_handle
+            lease.next_extend_at = time.monotonic() + self.extend_every
+        self._count("extensions")
