@@ -67,6 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--signed-header", action="append", default=[], metavar="NAME", help="an HttpConfig.Headers name that ROS signs; repeat for each")
     parser.add_argument("--max-skew", type=float, default=DEFAULT_MAX_SKEW, metavar="SECONDS", help=f"accepted clock difference of Signature.Date (default {DEFAULT_MAX_SKEW:g})")
     parser.add_argument("--signature-variant", default="", metavar="SPEC", help="unconfirmed parts of the SignKey algorithm, e.g. digest=sha1-append,md5=base64,json=compact,key=hex")
+    parser.add_argument("--mns-cert-host", action="append", default=[], metavar="HOST", help="host allowed to serve the MNS signing certificate for pushes to /mns (default mnstest.oss-cn-hangzhou.aliyuncs.com); repeat for each")
+    parser.add_argument("--mns-allow-http-cert", action="store_true", help="accept an http:// MNS certificate URL (only for a local MNS endpoint)")
     parser.add_argument("--allow-replays", action="store_true", help="do not refuse a signed request whose exact signature was already accepted")
 
 
@@ -90,6 +92,8 @@ def config_from_args(args: argparse.Namespace) -> EndpointConfig:
         max_skew=args.max_skew,
         signature_variant=variant,
         reject_replays=not args.allow_replays,
+        mns_require_https=not args.mns_allow_http_cert,
+        **({"mns_cert_hosts": tuple(args.mns_cert_host)} if args.mns_cert_host else {}),
     )
     return config.with_secrets_from_env()
 

@@ -363,6 +363,8 @@ class HttpApp:
         config = self.config
         if environ.get("REQUEST_METHOD", "GET").upper() != "POST":
             raise HttpRefusal(405, "MethodNotAllowed", "method", "ROS sends requests with POST", [("Allow", "POST")])
+        if config.mns_suffix and path.rstrip("/").endswith(config.mns_suffix):
+            return self._accept_mns_push(environ, _read_body(environ, config.max_body))
         media_type, params = _media_type(_header(environ, "Content-Type") or "application/json")
         if media_type not in JSON_TYPES and media_type != FORM_TYPE:
             raise HttpRefusal(415, "UnsupportedMediaType", "Content-Type", f"must be application/json or {FORM_TYPE}")
@@ -416,6 +418,35 @@ class HttpApp:
             )
         _log.info("async request accepted", extra={"fields": {"url": redact_url(response_urls_of(event)[0])}})
         return _json_reply(self.config.ack_status, ack)
+
+    def _accept_mns_push(self, environ: Mapping[str, Any], raw: bytes) -> Reply:
+        """An MNS topic push: verify MNS's signature, acknowledge within MNS's 5 s, handle each message.
+
+        Undecodable messages are acknowledged too (and logged): a non-2xx makes MNS retry a message
+        that can never succeed. Forged or unsigned pushes get 403.
+        """
+        from ..envelopes import unwrap_event
+        from ..mns_push import PushVerificationError, verify_wsgi
+
+        try:
+            verdict = verify_wsgi(
+                environ, raw, allowed_hosts=self.config.mns_cert_hosts, require_https=self.config.mns_require_https
+            )
+        except PushVerificationError as exc:
+            raise HttpRefusal(403, "InvalidSignature", "Authorization", f"MNS push signature not verified: {exc.reason}") from None
+        accepted = 0
+        for envelope in unwrap_event(raw):
+            if not envelope.ok or not isinstance(envelope.body, dict):
+                _log.error("MNS push message cannot be decoded", extra={"fields": {
+                    "MessageId": verdict.message_id, "error": envelope.error}})
+                continue
+            event = envelope.body
+            if self._pool is None:
+                self._run(event)
+            elif not self._pool.submit(lambda event=event: self._run(event)):
+                raise HttpRefusal(self.config.overload_status, "Overloaded", "-", "all workers are busy; MNS will retry")
+            accepted += 1
+        return _json_reply(self.config.ack_status, {"Accepted": accepted, "MessageId": verdict.message_id})
 
     def _run(self, event: dict[str, Any]) -> None:
         try:

@@ -57,6 +57,13 @@ class EndpointConfig:
     signature_variant: SignatureVariant = DEFAULT_VARIANT
     reject_replays: bool = True
     replay_cache_size: int = 10_000
+    #: Requests to a path ending with this are MNS topic pushes (HTTP subscriptions): their RSA-SHA1
+    #: signature is verified, they are acknowledged at once, and each message is handled in the pool.
+    mns_suffix: str = "/mns"
+    #: Hosts allowed to serve the MNS signing certificate (x-mns-signing-cert-url).
+    mns_cert_hosts: tuple[str, ...] = ("mnstest.oss-cn-hangzhou.aliyuncs.com",)
+    #: Whether the certificate URL must be https (off only for a local MNS endpoint).
+    mns_require_https: bool = True
     bearer_token: str | None = field(default=None, repr=False)
     basic_auth: tuple[str, str] | None = field(default=None, repr=False)
 
