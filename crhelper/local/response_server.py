@@ -187,7 +187,7 @@ class ResponseServer:
         with self._lock:
             self.captures.append(capture)
             if status == 200:
-                if plan.accepted and plan.accepted[0].raw != raw:
+                if plan.accepted and plan.accepted[0].body != body:
                     problems.append("a second, different response was sent for the same request")
                 plan.accepted.append(capture)
             request_id = (body or {}).get("RequestId", "?")

@@ -175,3 +175,20 @@ def test_pure_helpers():
     assert backoff_delay(4, settings, rand=lambda a, b: b) == 4.0
     assert backoff_delay(10, settings, rand=lambda a, b: b) == 8.0
     assert Settings.from_env({"FC_FUNCTION_NAME": "f"}).on_function_compute
+
+
+@pytest.mark.allow_violations
+def test_response_server_flags_a_second_different_response(response_server):
+    event = response_server.attach(make_event("Create", "Custom::P"))
+    settings = DeliverySettings()
+    first = {"Status": "SUCCESS", "PhysicalResourceId": "a", "StackId": event["StackId"],
+             "RequestId": event["RequestId"], "LogicalResourceId": "Res", "Data": {}}
+    import json as _json
+
+    assert deliver(_json.dumps(first).encode(), event["ResponseURL"], None, settings).delivered
+    assert deliver(_json.dumps(first, sort_keys=True).encode(), event["ResponseURL"], None, settings).delivered
+    assert response_server.violations == []  # the same answer again (a re-send) is fine
+    assert deliver(_json.dumps({**first, "PhysicalResourceId": "b"}).encode(), event["ResponseURL"], None, settings).delivered
+    assert response_server.violations == [
+        f"RequestId {event['RequestId']}: a second, different response was sent for the same request"
+    ]
