@@ -76,7 +76,7 @@ class Settings:
     step_lease: float | None = None
     #: Seconds an idempotency record is kept (duplicates within it are absorbed)
     record_ttl: float = 86_400.0
-    #: auto | local | fc | none
+    #: auto | local | fc | mns | none
     reentry: str = "auto"
 
     @classmethod
@@ -104,5 +104,5 @@ class Settings:
             store_url=env.get("CRHELPER_STORE") or None,
             step_lease=_float(env, "CRHELPER_STEP_LEASE", None, minimum=0.1),
             record_ttl=_float(env, "CRHELPER_RECORD_TTL", 86_400.0, minimum=1.0) or 86_400.0,
-            reentry=_choice(env, "CRHELPER_REENTRY", "auto", ("auto", "local", "fc", "none")),
+            reentry=_choice(env, "CRHELPER_REENTRY", "auto", ("auto", "local", "fc", "mns", "none")),
         )

@@ -14,6 +14,7 @@ from .runtime import answer, answer_failure, failure_answer, handle_event
 from .services import ProviderServices
 
 if TYPE_CHECKING:
+    from .reentry import Reentry
     from .store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -105,19 +106,27 @@ class Provider:
         `started` (time.monotonic()) is when the invocation began, for batches sharing one FC deadline."""
         return self.process(event, context, started=started).body
 
-    def process(self, event: Any, context: object | None = None, *, started: float | None = None) -> "Outcome":
+    def process(
+        self, event: Any, context: object | None = None, *, started: float | None = None, reentry: "Reentry | None" = None
+    ) -> "Outcome":
         """Like handle(), but also says whether the response was delivered, for transports that must
-        decide whether to acknowledge their message (a queue worker keeps it when delivery failed)."""
+        decide whether to acknowledge their message (a queue worker keeps it when delivery failed).
+        `reentry` overrides how a long-running operation is continued (a queue worker continues it
+        through its own queue)."""
         configure()
         try:
             settings = self.settings()
         except ConfigError as exc:  # still answer: the stack must not wait for a typo in an env var
             result, report = answer_failure(event, f"provider misconfigured: {exc}", Settings())
             return Outcome(result.body, report.delivered, report.error)
-        services = self._services.for_request(settings, context)
+        services = self._services.for_request(settings, context, reentry)
         result, report = handle_event(self.registry, event, settings, context, services, started=started)
         self._services.maybe_recover(settings, services, context)
         return Outcome(result.body, report.delivered, report.error if result.body is not None else result.error)
+
+    def recover(self, reentry: "Reentry | None" = None, limit: int = 5) -> int:
+        """Resume operations whose process died mid-step (their step lease ran out); returns how many finished."""
+        return self._services.recover(self.settings(), reentry, limit)
 
     def close(self) -> None:
         """Stop the in-process scheduler and close the store (tests, servers shutting down)."""

@@ -75,6 +75,13 @@ class ProviderServices:
         mode = settings.reentry
         if mode == "none":
             return UnavailableReentry("CRHELPER_REENTRY is none")
+        if mode == "mns":
+            from .reentry_mns import MnsQueueReentry
+
+            try:
+                return MnsQueueReentry.from_env()
+            except ValueError as exc:
+                return UnavailableReentry(str(exc))
         on_fc = context is not None and getattr(context, "function", None) is not None
         if mode == "fc" or (mode == "auto" and on_fc):
             if self._url(settings)[1]:
@@ -105,17 +112,23 @@ class ProviderServices:
         self._provider.handle(continuation_payload(continuation_id))
 
     def _recover_local(self, settings: Settings) -> None:
-        lifecycle = self.lifecycle(settings)
-        if lifecycle is None or self._scheduler is None:
-            return
-        run = guarded_runner(self._provider.registry, settings, None, 0.0)
-        send_resumed(lifecycle.recover(run, self._scheduler), settings)
+        if self._scheduler is not None:
+            self.recover(settings, self._scheduler, limit=50)
 
-    def for_request(self, settings: Settings, context: object | None) -> Services:
+    def for_request(self, settings: Settings, context: object | None, reentry: "Reentry | None" = None) -> Services:
         lifecycle = self.lifecycle(settings)
         if lifecycle is None:
             return Services()
-        return Services(lifecycle, self.reentry(settings, context, lifecycle))
+        return Services(lifecycle, reentry or self.reentry(settings, context, lifecycle))
+
+    def recover(self, settings: Settings, reentry: "Reentry | None", limit: int) -> int:
+        lifecycle = self.lifecycle(settings)
+        if lifecycle is None:
+            return 0
+        run = guarded_runner(self._provider.registry, settings, None, 0.0)
+        finished = lifecycle.recover(run, reentry or self.reentry(settings, None, lifecycle), limit=limit)
+        send_resumed(finished, settings)
+        return len(finished)
 
     def maybe_recover(self, settings: Settings, services: Services, context: Any) -> None:
         """On Function Compute, let any later invocation finish operations whose instance died."""

@@ -13,6 +13,7 @@ from .. import __version__
 COMMAND_MODULES = (
     "crhelper.cli.invoke",
     "crhelper.cli.serve",
+    "crhelper.cli.worker",
     "handlers.routes.cli",
 )
 

@@ -32,7 +32,6 @@ from ..config import ConfigError
 from ..envelopes import BodyDecodeError, decode_body
 from ..logs import configure, get_logger
 from ..reentry import Reentry
-from ..runtime import Services, guarded_runner, handle_event, send_resumed
 
 __all__ = [
     "QueueWorker",
@@ -90,37 +89,14 @@ def error_backoff(failures: int, base: float = 0.5, cap: float = 30.0,
 
 
 def process_message(provider: Any, request: dict[str, Any], reentry: Reentry | None) -> Any:
-    """`provider.process(request)`, but long-running operations continue through `reentry`.
-
-    Provider.process picks its re-entry from the FC context or CRHELPER_REENTRY and has no way to be
-    told "this request came from a queue"; this builds the same Services with the given strategy.
-    Returns a crhelper.provider.Outcome.
-    """
-    if reentry is None:
-        return provider.process(request)
-    from ..provider import Outcome
-
-    configure()
-    try:
-        settings = provider.settings()
-    except ConfigError:
-        return provider.process(request)  # answers FAILED "provider misconfigured"
-    lifecycle = provider._services.lifecycle(settings)
-    services = Services(lifecycle, reentry) if lifecycle is not None else Services()
-    result, report = handle_event(provider.registry, request, settings, None, services)
-    return Outcome(result.body, report.delivered, report.error if result.body is not None else result.error)
+    """`provider.process(request)`, with long-running operations continued through `reentry`
+    (a request that came through a queue continues through that queue). Returns an Outcome."""
+    return provider.process(request, reentry=reentry)
 
 
 def recover_stalled(provider: Any, reentry: Reentry, limit: int = 5) -> int:
     """Resume operations whose worker died mid-step (their step lease ran out); returns how many finished."""
-    settings = provider.settings()
-    lifecycle = provider._services.lifecycle(settings)
-    if lifecycle is None:
-        return 0
-    run = guarded_runner(provider.registry, settings, None, 0.0)
-    finished = lifecycle.recover(run, reentry, limit=limit)
-    send_resumed(finished, settings)
-    return len(finished)
+    return int(provider.recover(reentry, limit))
 
 
 @dataclasses.dataclass
@@ -194,6 +170,7 @@ class QueueWorker:
         self.recover_every = recover_every
         self._credentials = (access_key_id, access_key_secret, security_token)
         self._reentry_choice = reentry
+        self._own_reentry: Reentry | None = None
         self._local = threading.local()
         self._lock = threading.Condition()
         self._leases: dict[int, _Lease] = {}
@@ -310,7 +287,7 @@ class QueueWorker:
                 return None  # CRHELPER_REENTRY names a strategy explicitly: the provider's choice stands
         except ConfigError:
             return None
-        reentry = getattr(self, "_own_reentry", None)
+        reentry = self._own_reentry
         if reentry is None:
             from ..reentry_mns import MnsQueueReentry
 

@@ -1,0 +1,276 @@
+"""Delivery by ServiceToken: the Deliverer the stack emulator calls for every request.
+
+One `StackDelivery` serves one stack operation (`with StackDelivery(bindings) as deliver:
+emulator.create(..., deliver)`). Per request it
+
+1. gives the request fresh public and intranet ResponseURLs on its own `ResponseServer`
+   (with the ResponseURL faults planned for them);
+2. routes it by ServiceToken:
+   - FC 2.0 `services/S/functions/F` -> the bound provider as a function of a local Function
+     Compute endpoint, invoked asynchronously with the real `fc2` SDK (`delivery_fc`);
+   - FC 3.0 `functions/F` -> in-process `provider.handle(request)`: fc2 speaks only the 2.0 API;
+   - MNS `queues/Q` / `topics/T` -> sent / published through a local MNS endpoint and consumed
+     by a queue consumer running the provider (`delivery_mns`);
+   - `web:` -> POSTed to the URL for real, `web[sync]:` -> the HTTP reply is the response
+     (`delivery_web`), signed when the resource's HttpConfig has a SignKey;
+   - with `mode: inprocess`, every bound FC/MNS token is handled in-process (fast, no processes);
+3. waits for the answer at the ResponseURL up to the resource's Timeout, and fails the resource
+   with the server's exact message if the answer broke a ROS rule.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..invariants import body_violations
+from ..local.response_server import Capture, ResponseServer
+from ..servicetoken import FcFunctionToken, MnsQueueToken, MnsTopicToken, ServiceTokenError, WebToken, parse_service_token
+from .delivery_bindings import Bindings, Faults
+from .emulator import DEFAULT_ACCOUNT_ID, DEFAULT_REGION
+
+#: After the first answer to a duplicated request, how long to wait for the second one.
+DUPLICATE_GRACE = 5.0
+_POLL = 0.01
+
+ROUTE_FC, ROUTE_INPROCESS, ROUTE_MNS, ROUTE_WEB, ROUTE_WEB_SYNC = "fc", "inprocess", "mns", "web", "web-sync"
+
+
+class DeliveryError(RuntimeError):
+    """A request could not be delivered or answered; the message becomes the resource's reason."""
+
+
+class ProtocolViolation(DeliveryError):
+    """The provider answered, but the answer broke a rule ROS enforces."""
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """One delivery, for tests and reports: how the request travelled and what came back."""
+
+    route: str
+    service_token: str
+    request_type: str
+    logical_id: str
+    request_id: str
+    status: str | None
+
+
+def _url_token(url: str) -> str:
+    return url.split("?", 1)[0].rsplit("/", 1)[-1]
+
+
+class StackDelivery:
+    """A Deliverer for one stack operation; see the module docstring. Thread-safe."""
+
+    def __init__(
+        self,
+        bindings: Bindings | None = None,
+        *,
+        region: str = DEFAULT_REGION,
+        account_id: str = DEFAULT_ACCOUNT_ID,
+        http_configs: Mapping[str, Mapping[str, Any]] | None = None,
+        workers: int = 64,
+    ) -> None:
+        self.bindings = bindings or Bindings()
+        self.faults: Faults = self.bindings.faults
+        self.region = region
+        self.account_id = account_id
+        self.http_configs = dict(http_configs or {})
+        self.workers = workers
+        self.server = ResponseServer()
+        self.delivered: list[Delivered] = []
+        self._lock = threading.Lock()
+        self._providers: dict[str, Any] = {}
+        self._fc: Any = None
+        self._mns: Any = None
+        self._started = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> "StackDelivery":
+        self.server.start()
+        self._started = True
+        return self
+
+    def stop(self) -> None:
+        """Stop the local endpoints started for this operation (workers still running are killed)."""
+        with self._lock:
+            routes = [r for r in (self._fc, self._mns) if r is not None]
+            self._fc = self._mns = None
+        for route in routes:
+            route.stop()
+        if self._started:
+            self.server.stop()
+            self._started = False
+
+    def __enter__(self) -> "StackDelivery":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def fc(self) -> Any:
+        """The FcRoute, started on first use of an FC 2.0 token."""
+        from .delivery_fc import FcRoute
+
+        with self._lock:
+            if self._fc is None:
+                self._fc = FcRoute(self.region, self.account_id, workers=self.workers,
+                                   kill_provider=self.faults.kill_provider).start()
+            return self._fc
+
+    @property
+    def mns(self) -> Any:
+        """The MnsRoute, started on first use of an MNS token."""
+        from .delivery_mns import MnsRoute
+
+        with self._lock:
+            if self._mns is None:
+                self._mns = MnsRoute(self.region, self.account_id, self.provider).start()
+            return self._mns
+
+    def provider(self, spec: str) -> Any:
+        """The provider object for a spec, loaded once per operation."""
+        from ..cli.loading import provider_from_spec
+
+        with self._lock:
+            if spec not in self._providers:
+                self._providers[spec] = provider_from_spec(spec)
+            return self._providers[spec]
+
+    # ------------------------------------------------------------------ the Deliverer
+
+    def __call__(self, service_token: str, request: dict[str, Any], timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        try:
+            token = parse_service_token(service_token)
+        except ServiceTokenError as exc:
+            raise DeliveryError(str(exc).split(". Valid forms")[0]) from None
+        request = copy.deepcopy(request)
+        faults = self.faults
+        request["ResponseURL"], request["IntranetResponseURL"] = self.server.new_urls(
+            request, fail_first=faults.response_fail_first, fail_status=faults.response_fail_status, delay=faults.response_delay
+        )
+        if isinstance(token, WebToken):
+            return self._web(token, service_token, request, timeout, deadline)
+        spec = self.bindings.provider_for(service_token)
+        if spec is None:
+            raise DeliveryError(
+                f"no provider is bound to ServiceToken {service_token}; bind one with "
+                f"-s '{service_token}=package.module:provider' or in a bindings file"
+            )
+        attempts = 2 if faults.duplicate else 1
+        if isinstance(token, FcFunctionToken) and token.fc_version == 2 and self.bindings.mode == "endpoints":
+            fc = self.fc
+            invocations = [fc.send(token, spec, request, timeout) for _ in range(attempts)]
+            self._record(ROUTE_FC, service_token, request)
+            return self._await(request, deadline, timeout, attempts, lambda: fc.failure(invocations[-1]))
+        if faults.kill_provider:
+            raise DeliveryError(
+                "fault kill_provider needs an FC 2.0 token (services/S/functions/F) delivered through the "
+                "local FC endpoint; it cannot kill an in-process or MNS-consumed provider"
+            )
+        if isinstance(token, (MnsQueueToken, MnsTopicToken)) and self.bindings.mode == "endpoints":
+            for _ in range(attempts):
+                self.mns.send(token, spec, request)
+            self._record(ROUTE_MNS, service_token, request)
+            return self._await(request, deadline, timeout, attempts, None)
+        provider = self.provider(spec)
+        for _ in range(attempts):
+            provider.handle(copy.deepcopy(request))
+        self._record(ROUTE_INPROCESS, service_token, request)
+        return self._await(
+            request, deadline, timeout, attempts,
+            lambda: "the provider returned without an accepted response at the ResponseURL",
+        )
+
+    def _record(self, route: str, service_token: str, request: Mapping[str, Any], status: str | None = None) -> None:
+        entry = Delivered(route, service_token, str(request.get("RequestType")), str(request.get("LogicalResourceId")),
+                          str(request.get("RequestId")), status)
+        with self._lock:
+            self.delivered.append(entry)
+
+    # ------------------------------------------------------------------ web
+
+    def _web(self, token: WebToken, service_token: str, request: dict[str, Any], timeout: float, deadline: float) -> dict[str, Any]:
+        from .delivery_web import WebDeliveryError, post
+
+        config = self.http_configs.get(str(request.get("LogicalResourceId")), {})
+        attempts = 2 if self.faults.duplicate else 1
+        try:
+            replies = [post(token, request, config, timeout) for _ in range(attempts)]
+        except WebDeliveryError as exc:
+            raise DeliveryError(str(exc)) from None
+        if not token.sync:
+            self._record(ROUTE_WEB, service_token, request)
+            return self._await(request, deadline, timeout, attempts, None)
+        raw = replies[0] or b""
+        body, problems = body_violations(raw, request)
+        if any(reply != raw for reply in replies[1:]):
+            problems.append("a second, different response was sent for the same request")
+        self._record(ROUTE_WEB_SYNC, service_token, request, (body or {}).get("Status"))
+        if problems:
+            raise ProtocolViolation(_violation_message(request, problems))
+        assert body is not None
+        return body
+
+    # ------------------------------------------------------------------ waiting for the answer
+
+    def _captures(self, url_token: str) -> list[Capture]:
+        return [c for c in list(self.server.captures) if c.token == url_token]
+
+    def _await(
+        self, request: dict[str, Any], deadline: float, timeout: float, expected: int, gone: Callable[[], str | None] | None
+    ) -> dict[str, Any]:
+        """The first accepted answer at the request's ResponseURL, checked against ROS's rules."""
+        url_token = _url_token(request["ResponseURL"])
+        grace_end: float | None = None
+        while True:
+            reason = gone() if gone is not None else None  # read before the captures: answers precede settling
+            accepted = [c for c in self._captures(url_token) if c.status == 200]
+            now = time.monotonic()
+            if accepted and grace_end is None:
+                grace_end = min(deadline, now + DUPLICATE_GRACE)
+            if len(accepted) >= expected or (accepted and (reason is not None or now >= (grace_end or now))):
+                break
+            if reason is not None:
+                raise DeliveryError(f"{reason}{_attempts_note(self._captures(url_token))}")
+            if now >= deadline:
+                raise TimeoutError(
+                    f"timed out after {timeout:g} s without a response at the ResponseURL"
+                    f"{_attempts_note(self._captures(url_token))}"
+                )
+            time.sleep(_POLL)
+        problems: list[str] = []
+        for capture in self._captures(url_token):
+            problems.extend(p for p in capture.violations if p not in problems)
+        first = accepted[0]
+        self._mark_status(request, (first.body or {}).get("Status"))
+        if problems:
+            raise ProtocolViolation(_violation_message(request, problems))
+        assert first.body is not None
+        return first.body
+
+    def _mark_status(self, request: Mapping[str, Any], status: str | None) -> None:
+        with self._lock:
+            for index, entry in enumerate(self.delivered):
+                if entry.request_id == request.get("RequestId") and entry.status is None:
+                    self.delivered[index] = Delivered(entry.route, entry.service_token, entry.request_type,
+                                                      entry.logical_id, entry.request_id, status)
+
+
+def _attempts_note(captures: list[Capture]) -> str:
+    refused = [c.status for c in captures if c.status != 200]
+    if not refused:
+        return ""
+    return f" (the ResponseURL refused {len(refused)} attempt(s) with HTTP {refused[-1]})"
+
+
+def _violation_message(request: Mapping[str, Any], problems: list[str]) -> str:
+    return f"the {request.get('RequestType')} response broke the ROS protocol: " + "; ".join(problems)
