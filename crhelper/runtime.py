@@ -97,6 +97,17 @@ def guarded_runner(
     return run
 
 
+def _parse(raw: Mapping[str, Any]) -> "Request | Answer":
+    """The request, or the answer to an invalid one: FAILED naming the problem when a URL is known."""
+    try:
+        return parse_request(raw)
+    except RequestError as exc:
+        public, intranet = response_urls_of(raw)
+        if public is None and intranet is None:
+            return Answer(None, error=str(exc))
+        return Answer(failed_body_from_raw(raw, f"invalid request: {exc}"), None, public, intranet)
+
+
 def answer(
     registry: Registry,
     event: Any,
@@ -110,13 +121,11 @@ def answer(
         raw = decode_event(event)
     except RequestError as exc:
         return Answer(None, error=str(exc))
-    public, intranet = response_urls_of(raw)
-    try:
-        request = parse_request(raw)
-    except RequestError as exc:
-        if public is None and intranet is None:
-            return Answer(None, error=str(exc))
-        return Answer(failed_body_from_raw(raw, f"invalid request: {exc}"), None, public, intranet)
+    parsed = _parse(raw)
+    if isinstance(parsed, Answer):
+        return parsed
+    request = parsed
+    public, intranet = request.response_url, request.intranet_response_url
     outcome = guarded_runner(registry, settings, deadline, margin)(request)
     if isinstance(outcome, InProgress):
         outcome = failed_for(request, "the handler returned InProgress but this delivery path replies in-band "
@@ -191,18 +200,16 @@ def _process(
             return Answer(None)
         request, body = resumed
         return Answer(body, request, request.response_url, request.intranet_response_url)
-    public, intranet = response_urls_of(raw)
-    try:
-        request = parse_request(raw)
-    except RequestError as exc:
-        if public is None and intranet is None:
-            return Answer(None, error=str(exc))
-        return Answer(failed_body_from_raw(raw, f"invalid request: {exc}"), None, public, intranet)
+    parsed = _parse(raw)
+    if isinstance(parsed, Answer):
+        return parsed
+    request = parsed
+    public, intranet = request.response_url, request.intranet_response_url
     if services.lifecycle is None:
         outcome = run(request)
         if isinstance(outcome, InProgress):
             outcome = failed_for(request, "the handler returned InProgress but long-running operations need a store; "
-                                          "unset CRHELPER_STORE=none or set it to a store URL")
+                                          "unset CRHELPER_STORE (it is none) or set it to a store URL")
         return Answer(outcome, request, public, intranet)
     with request_context(request.log_fields()):
         body = services.lifecycle.process(request, raw, run, services.reentry)
