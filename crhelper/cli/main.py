@@ -14,6 +14,8 @@ COMMAND_MODULES = (
     "crhelper.cli.invoke",
     "crhelper.cli.serve",
     "crhelper.cli.worker",
+    "crhelper.cli.stack",
+    "crhelper.contract.cli",
     "handlers.routes.cli",
 )
 
@@ -41,6 +43,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `crhelper stack events ... | head`: the reader left, nothing is wrong
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as exc:  # user-facing: say what went wrong and what to do, no traceback
         from ..config import ConfigError
         from ..fc import ProviderSpecError

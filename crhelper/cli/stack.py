@@ -25,8 +25,8 @@ How ServiceTokens are reached:
   acs:fc:...:services/S/functions/F   the bound provider runs on a local Function Compute endpoint
                                       (real fc2 SDK, async invocation, fresh worker process)
   acs:fc:...:functions/F  (FC 3.0)    the bound provider runs in-process (fc2 cannot call FC 3.0)
-  acs:mns:...:queues/Q | topics/T     sent / published through a local MNS endpoint, consumed by the
-                                      bound provider
+  acs:mns:...:queues/Q | topics/T     sent / published through a local MNS endpoint, consumed by a
+                                      QueueWorker running the bound provider
   web:URL | web[sync]:URL             POSTed to the URL for real (start it with `crhelper serve`)
 
 Bind tokens to providers with -s TOKEN=MODULE:provider or a bindings file (--bindings FILE; a file
@@ -77,7 +77,8 @@ def _delivery_options(parser: argparse.ArgumentParser) -> None:
     faults.add_argument("--response-fail-status", type=int, default=None, metavar="STATUS", help="that error status (default 500)")
     faults.add_argument("--response-delay", type=float, default=None, metavar="SECONDS", help="the ResponseURL answers this slowly")
     faults.add_argument("--kill-provider", action="store_true", default=None,
-                        help="FC tokens: SIGKILL the function's worker on the first attempt of each request (FC retries it)")
+                        help="FC 2.0 tokens: SIGKILL the function's worker on the first attempt of each request (FC retries it); "
+                             "other tokens are delivered normally")
 
 
 def _template_options(parser: argparse.ArgumentParser, *, optional: bool = False) -> None:

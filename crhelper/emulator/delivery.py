@@ -10,7 +10,7 @@ emulator.create(..., deliver)`). Per request it
      Compute endpoint, invoked asynchronously with the real `fc2` SDK (`delivery_fc`);
    - FC 3.0 `functions/F` -> in-process `provider.handle(request)`: fc2 speaks only the 2.0 API;
    - MNS `queues/Q` / `topics/T` -> sent / published through a local MNS endpoint and consumed
-     by a queue consumer running the provider (`delivery_mns`);
+     by the project's `QueueWorker` running the provider (`delivery_mns`);
    - `web:` -> POSTed to the URL for real, `web[sync]:` -> the HTTP reply is the response
      (`delivery_web`), signed when the resource's HttpConfig has a SignKey;
    - with `mode: inprocess`, every bound FC/MNS token is handled in-process (fast, no processes);
@@ -171,11 +171,6 @@ class StackDelivery:
             invocations = [fc.send(token, spec, request, timeout) for _ in range(attempts)]
             self._record(ROUTE_FC, service_token, request)
             return self._await(request, deadline, timeout, attempts, lambda: fc.failure(invocations[-1]))
-        if faults.kill_provider:
-            raise DeliveryError(
-                "fault kill_provider needs an FC 2.0 token (services/S/functions/F) delivered through the "
-                "local FC endpoint; it cannot kill an in-process or MNS-consumed provider"
-            )
         if isinstance(token, (MnsQueueToken, MnsTopicToken)) and self.bindings.mode == "endpoints":
             for _ in range(attempts):
                 self.mns.send(token, spec, request)

@@ -44,8 +44,9 @@ class Faults:
         the first delivery was handed over, as ROS or FC may do; a second, different answer fails it.
     response_fail_first / response_fail_status: the ResponseURL answers the first N POSTs with this status.
     response_delay: the ResponseURL waits this many seconds before answering each POST.
-    kill_provider: FC tokens only; the function's worker process is SIGKILLed when the provider is
-        entered on the first attempt, so FC's async retry must deliver the request again.
+    kill_provider: FC 2.0 tokens on the local FC endpoint only (other routes are delivered normally):
+        the worker process is SIGKILLed as the provider is entered on the first attempt of each
+        request, so FC's async retry must deliver the request again.
     """
 
     duplicate: bool = False
