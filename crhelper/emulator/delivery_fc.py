@@ -21,6 +21,9 @@ HANDLER = "crhelper.emulator.delivery_fc_handler:handler"
 #: Seconds before FC's first async retry (FC itself starts back-off at 0.5 s).
 ASYNC_RETRY_DELAY = 0.5
 
+#: Seconds the emulated function's timeout exceeds the resource's Timeout.
+FUNCTION_TIMEOUT_SLACK = 10.0
+
 
 class FcRoute:
     """One local FC endpoint per stack operation; functions are registered on first use."""
@@ -61,7 +64,8 @@ class FcRoute:
 
     def send(self, token: FcFunctionToken, spec: str, request: dict[str, Any], timeout: float) -> str:
         """Invoke asynchronously; returns FC's invocation request id (to read the journal later)."""
-        self._ensure_function(token, spec, max(1.0, timeout))
+        # The function outlives the resource's Timeout, so the emulated ROS Timeout is what decides.
+        self._ensure_function(token, spec, timeout + FUNCTION_TIMEOUT_SLACK)
         payload = json.dumps(request).encode("utf-8")
         # One invocation at a time: an async invoke only enqueues (202), and the endpoint's small
         # listen backlog would reset a burst of parallel connections from a large stack.
