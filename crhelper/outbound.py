@@ -63,6 +63,7 @@ def ordered_urls(public: str | None, intranet: str | None, mode: str, on_functio
 
 @functools.lru_cache(maxsize=8)
 def _ssl_context(ca_bundle: str | None, verify: bool):  # type: ignore[no-untyped-def]
+    import os
     import ssl  # only when a URL is https
 
     if not verify:
@@ -70,7 +71,28 @@ def _ssl_context(ca_bundle: str | None, verify: bool):  # type: ignore[no-untype
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
         return context
-    return ssl.create_default_context(cafile=ca_bundle)
+    if ca_bundle and os.path.isdir(ca_bundle):
+        return ssl.create_default_context(capath=ca_bundle)
+    if ca_bundle or os.environ.get("SSL_CERT_FILE") or os.environ.get("SSL_CERT_DIR"):
+        return ssl.create_default_context(cafile=ca_bundle)
+    # The system bundle file makes OpenSSL parse every CA (~50 ms of a cold start); the hashed
+    # certificate directory next to it is read lazily, one CA per handshake.
+    directory = ssl.get_default_verify_paths().capath
+    if directory and _has_hashed_certificates(directory):
+        return ssl.create_default_context(capath=directory)
+    return ssl.create_default_context()
+
+
+def _has_hashed_certificates(directory: str) -> bool:
+    """OpenSSL's capath lookup needs `<hash>.0` links; a plain folder of PEM files does not work."""
+    import os
+    import re
+
+    try:
+        with os.scandir(directory) as entries:
+            return any(re.fullmatch(r"[0-9a-f]{8}\.[0-9]", entry.name) for entry in entries)
+    except OSError:
+        return False
 
 
 def _attempt(url: str, body: bytes, settings: DeliverySettings, timeout: float) -> int:

@@ -12,7 +12,6 @@ import math
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping, Protocol
 
 from .logs import get_logger
@@ -78,6 +77,8 @@ class LocalScheduler:
         self._heap: list[tuple[float, int, str]] = []
         self._counter = itertools.count()
         self._wake = threading.Condition()
+        from concurrent.futures import ThreadPoolExecutor  # only servers and local runs pay for it
+
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="crhelper-reentry")
         self._stopped = False
         self._thread = threading.Thread(target=self._loop, name="crhelper-scheduler", daemon=True)

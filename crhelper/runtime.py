@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextvars
-import threading
+import functools
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
@@ -62,14 +62,25 @@ def guard_margin(timeout: float, configured: float | None) -> float:
     return min(5.0, max(0.5, timeout * 0.1))
 
 
-def _run_with_deadline(work: Callable[[], dict[str, Any]], wait_seconds: float) -> dict[str, Any] | None:
-    """Run `work` in a worker thread; None if it is still running after `wait_seconds` (its result is dropped)."""
-    outcome: list[dict[str, Any]] = []
-    context = contextvars.copy_context()
-    worker = threading.Thread(target=lambda: outcome.append(context.run(work)), name="crhelper-handler", daemon=True)
-    worker.start()
-    worker.join(max(0.0, wait_seconds))
-    return outcome[0] if outcome else None
+@functools.lru_cache(maxsize=1)
+def _handler_threads() -> Any:
+    """Threads that run handlers under a deadline, reused across warm invocations (a new thread per
+    request costs more than the rest of the framework). One that overruns keeps its thread; the pool
+    grows past it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(max_workers=64, thread_name_prefix="crhelper-handler")
+
+
+def _run_with_deadline(work: Callable[[], Any], wait_seconds: float) -> Any:
+    """Run `work` in a handler thread; None if it is still running after `wait_seconds` (its result is dropped)."""
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    future = _handler_threads().submit(contextvars.copy_context().run, work)
+    try:
+        return future.result(timeout=max(0.0, wait_seconds))
+    except FutureTimeout:
+        return None
 
 
 def guarded_runner(

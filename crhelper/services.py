@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -16,13 +18,22 @@ if TYPE_CHECKING:
     from .reentry import LocalScheduler, Reentry
     from .store import Store
 
-#: On Function Compute with no CRHELPER_STORE: private to one instance, so only duplicates that reach
-#: the same instance are absorbed, and long-running operations are refused (they need a shared store).
-FC_INSTANCE_STORE = "sqlite:////tmp/crhelper/state.sqlite"
+#: On Function Compute with no CRHELPER_STORE: private to one instance (one process), so only duplicates
+#: that reach the same instance are absorbed, and long-running operations are refused (they need a
+#: shared store). In memory: a file in /tmp would be just as private and slower.
+FC_INSTANCE_STORE = "sqlite://:memory:"
 DEFAULT_LOCAL_STEP_LEASE = 60.0
 RECOVERY_INTERVAL = 60.0
 
 _log = get_logger("services")
+
+
+@functools.lru_cache(maxsize=16)
+def _default_url(home: str | None) -> str:
+    """The per-user store URL; resolving the home directory touches the disk, so once per home."""
+    from .store.url import default_url
+
+    return default_url({"CRHELPER_HOME": home} if home else {})
 
 
 class ProviderServices:
@@ -46,9 +57,7 @@ class ProviderServices:
             return settings.store_url, False
         if settings.on_function_compute:
             return FC_INSTANCE_STORE, True
-        from .store.url import default_url
-
-        return default_url(), False
+        return _default_url(os.environ.get("CRHELPER_HOME")), False
 
     def lifecycle(self, settings: Settings) -> "Lifecycle | None":
         explicit = self._provider._store

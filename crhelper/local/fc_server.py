@@ -44,6 +44,8 @@ def _read_chunked(rfile: Any) -> bytes:
 
 
 class _FcHttpServer(ThreadingHTTPServer):
+    #: A stack operation answers dozens of requests at once; the stdlib default backlog of 5 resets them.
+    request_queue_size = 128
     daemon_threads = True
     api: FcApi
 

@@ -380,6 +380,9 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     """Tracks open connections so ``stop`` can end keep-alive handler threads too."""
 
+    #: A stack operation answers dozens of requests at once; the stdlib default backlog of 5 resets them.
+    request_queue_size = 128
+
     daemon_threads = False
     block_on_close = True
 

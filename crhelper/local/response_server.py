@@ -26,6 +26,9 @@ URL_LIFETIME_SECONDS = 43_200 + 3_600
 class _QuietServer(ThreadingHTTPServer):
     """Clients that give up mid-reply (read timeouts under test) are expected, not worth a traceback."""
 
+    #: A stack operation answers dozens of requests at once; the stdlib default backlog of 5 resets them.
+    request_queue_size = 128
+
     daemon_threads = True
 
     def handle_error(self, request: Any, client_address: Any) -> None:

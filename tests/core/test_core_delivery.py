@@ -192,3 +192,24 @@ def test_response_server_flags_a_second_different_response(response_server):
     assert response_server.violations == [
         f"RequestId {event['RequestId']}: a second, different response was sent for the same request"
     ]
+
+
+def test_https_with_a_hashed_ca_directory(tls, tmp_path, monkeypatch):
+    import shutil
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command computes the subject hash of the directory entry")
+    ca, server_context = tls
+    pem = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(pem))
+    subject_hash = subprocess.run(["openssl", "x509", "-subject_hash", "-noout", "-in", str(pem)],
+                                  capture_output=True, text=True, check=True).stdout.strip()
+    directory = tmp_path / "cas"
+    directory.mkdir()
+    (directory / f"{subject_hash}.0").write_bytes(pem.read_bytes())
+    monkeypatch.setenv("CRHELPER_CA_BUNDLE", str(directory))
+    with ResponseServer(ssl_context=server_context) as server:
+        event = server.attach(make_event("Create", "Custom::P"))
+        plain_provider().handle(event)
+        assert server.wait_for(event["RequestId"])["Status"] == "SUCCESS"
