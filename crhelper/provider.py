@@ -119,7 +119,12 @@ class Provider:
         except ConfigError as exc:  # still answer: the stack must not wait for a typo in an env var
             result, report = answer_failure(event, f"provider misconfigured: {exc}", Settings())
             return Outcome(result.body, report.delivered, report.error)
-        services = self._services.for_request(settings, context, reentry)
+        try:
+            services = self._services.for_request(settings, context, reentry)
+        except Exception as exc:  # a bad CRHELPER_STORE or an unreachable store: answer, do not go silent
+            _log.error("state store unavailable", extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
+            result, report = answer_failure(event, f"state store unavailable: {exc}", settings)
+            return Outcome(result.body, report.delivered, report.error)
         result, report = handle_event(self.registry, event, settings, context, services, started=started)
         self._services.maybe_recover(settings, services, context)
         return Outcome(result.body, report.delivered, report.error if result.body is not None else result.error)
@@ -135,8 +140,6 @@ class Provider:
     def respond(self, event: Any, *, within: float | None = None) -> dict[str, Any] | None:
         """The response body without sending it, for transports that reply in-band (`web[sync]`).
         With `within` seconds, a handler still running then is answered FAILED "timed out"."""
-        import time
-
         configure()
         try:
             settings = self.settings()

@@ -150,3 +150,13 @@ def test_bad_configuration_still_answers_failed(response_server, monkeypatch):
     provider.handle(event)
     reason = response_server.wait_for(event["RequestId"])["Reason"]
     assert reason == "provider misconfigured: CRHELPER_RESPONSE_METHOD: must be one of POST, PUT, got 'PATCH'"
+
+
+def test_unusable_store_setting_still_answers_failed(response_server, monkeypatch):
+    monkeypatch.setenv("CRHELPER_STORE", "redis://somewhere")
+    provider = Provider()
+    provider.create("Custom::Any")(lambda props, request: Result(physical_id="p"))
+    event = response_server.attach(make_event("Create", "Custom::Any"))
+    provider.handle(event)
+    reason = response_server.wait_for(event["RequestId"])["Reason"]
+    assert reason.startswith("state store unavailable: CRHELPER_STORE")
