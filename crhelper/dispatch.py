@@ -116,14 +116,15 @@ def progress_problem(progress: InProgress) -> str | None:
 def dispatch(registry: Registry, request: Request, default_type: str | None) -> dict[str, Any] | InProgress:
     """The response body for `request`, or the InProgress its handler returned.
     Never raises for anything the handler or the input does."""
+    # Before the type check: a Create refused for an unknown type must not also block its rollback Delete.
+    if request.request_type == DELETE and (request.physical_resource_id or "") in NOTHING_CREATED_IDS:
+        _log.info("delete of a resource that was never created: answered without calling the handler")
+        return fit_to_limit(success_body(request, request.physical_resource_id or failed_physical_id(CREATE, None), None))
+
     try:
         resource_type = registry.resolve_type(request.resource_type, default_type)
     except UnknownType as exc:
         return failed_for(request, str(exc))
-
-    if request.request_type == DELETE and (request.physical_resource_id or "") in NOTHING_CREATED_IDS:
-        _log.info("delete of a resource that was never created: answered without calling the handler")
-        return fit_to_limit(success_body(request, request.physical_resource_id or failed_physical_id(CREATE, None), None))
 
     registration = registry.get(resource_type, request.request_type)
     if registration is None:

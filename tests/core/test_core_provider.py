@@ -266,3 +266,12 @@ def test_fc_handler_returns_the_sent_body_as_json(response_server):
     event = response_server.attach(make_event("Create", "Custom::Greeting", {"Name": "fc"}))
     returned = provider.fc_handler(json.dumps(event).encode(), None)
     assert json.loads(returned) == response_server.wait_for(event["RequestId"])
+
+
+def test_rollback_delete_after_an_unknown_type_create_succeeds(response_server):
+    provider = greeting_provider()
+    failed = run(provider, response_server, make_event("Create", "Custom::Typo", {"Name": "x"}))
+    assert failed["Status"] == "FAILED"
+    deleted = run(provider, response_server,
+                  make_event("Delete", "Custom::Typo", {"Name": "x"}, physical_resource_id=failed["PhysicalResourceId"]))
+    assert deleted["Status"] == "SUCCESS"
