@@ -37,8 +37,9 @@ class VenvSpec:
 
 #: AWS crhelper as it runs on Lambda, where boto3 is part of the runtime (same boto3 as our dev env).
 AWS = VenvSpec("aws-crhelper", ("crhelper==2.0.12", "boto3==1.43.11"))
-#: Ours (imported from the checkout via PYTHONPATH) and the bare stdlib handler: pydantic only.
-OURS = VenvSpec("ours", ("pydantic==2.13.4",))
+#: Ours (imported from the checkout via PYTHONPATH) and the bare stdlib handler: the two validation
+#: libraries a provider may use, nothing else.
+OURS = VenvSpec("ours", ("pydantic==2.13.4", "msgspec==0.22.0"))
 
 
 def ensure(spec: VenvSpec, log=print) -> Path:  # type: ignore[no-untyped-def]

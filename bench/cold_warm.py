@@ -87,6 +87,8 @@ def build_contenders(trust_file: Path, ours_extra: dict[str, str] | None = None)
     entries = [
         Contender("ours", "ours (pydantic), FC ctx", _venvs.OURS, "greeting:handler", samples, "ros", "fc", {**FC_ENV, **ours_env}),
         Contender("ours-noctx", "ours (pydantic), no ctx", _venvs.OURS, "greeting:handler", samples, "ros", "none", ours_env),
+        Contender("ours-msgspec", "ours (msgspec), FC ctx", _venvs.OURS, "greeting_fast:handler", samples, "ros", "fc",
+                  {**FC_ENV, **ours_env}),
         Contender("ours-dict", "ours (dict), FC ctx", _venvs.OURS, "_ours_dict:handler", BENCH, "ros", "fc", {**FC_ENV, **ours_env}),
         Contender("ours-dict-noctx", "ours (dict), no ctx", _venvs.OURS, "_ours_dict:handler", BENCH, "ros", "none", ours_env),
         Contender("aws", "AWS crhelper 2.0.12", _venvs.AWS, "_aws_greeting:handler", BENCH, "cfn", "lambda", aws_env),
@@ -95,8 +97,8 @@ def build_contenders(trust_file: Path, ours_extra: dict[str, str] | None = None)
     return {c.key: c for c in entries}
 
 
-COLD = ("ours", "ours-dict", "aws", "bare")
-WARM = ("ours", "ours-noctx", "ours-dict", "ours-dict-noctx", "aws", "bare")
+COLD = ("ours", "ours-msgspec", "ours-dict", "aws", "bare")
+WARM = ("ours", "ours-noctx", "ours-msgspec", "ours-dict", "ours-dict-noctx", "aws", "bare")
 
 
 # --- processes ------------------------------------------------------------------------------------
@@ -381,7 +383,7 @@ def verdicts(samples: dict[str, ColdSamples], warm: dict[str, WarmSamples], labe
     """The issue's targets, judged on wall time; CPU-time and spawn-to-response ratios ride along as notes."""
     aws, bare_cpu = samples["aws"], median(warm["bare"].cpu_per_request_s)
     found = []
-    for key in ("ours", "ours-dict"):
+    for key in ("ours", "ours-msgspec", "ours-dict"):
         s = samples[key]
         note = (f"CPU time {ratio(median(s.cpu_s), median(aws.cpu_s)):.2f}, "
                 f"spawn-to-response {ratio(median(s.to_response_s), median(aws.to_response_s)):.2f}")
@@ -389,7 +391,7 @@ def verdicts(samples: dict[str, ColdSamples], warm: dict[str, WarmSamples], labe
                              note=note))
         found.append(Verdict(f"cold RSS {labels[key]} / AWS crhelper", ratio(median(s.rss_kib), median(aws.rss_kib)), 1.0, False,
                              strict=True))
-    for key in ("ours", "ours-noctx", "ours-dict", "ours-dict-noctx"):
+    for key in ("ours", "ours-noctx", "ours-msgspec", "ours-dict", "ours-dict-noctx"):
         note = f"by CPU per request {ratio(bare_cpu, median(warm[key].cpu_per_request_s)):.2f}"
         found.append(Verdict(f"warm {labels[key]} / bare", ratio(median(warm[key].rates), median(warm["bare"].rates)), 0.8, True,
                              note=note))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections.abc
 import functools
 import inspect
+import re
 import typing
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -50,10 +51,44 @@ def _format_errors(exc: Any, field_prefix: str) -> str:
     return "; ".join(parts)
 
 
+def is_msgspec_struct(model: Any) -> bool:
+    """msgspec Structs validate in microseconds and import in ~25 ms, a fifth of pydantic's cold start."""
+    return isinstance(model, type) and hasattr(model, "__struct_fields__") and type(model).__module__.startswith("msgspec")
+
+
+_MISSING_FIELD = re.compile(r"^Object missing required field `(?P<name>[^`]+)`(?: - at `(?P<path>[^`]+)`)?$")
+_AT_PATH = re.compile(r"^(?P<message>.*?) - at `(?P<path>[^`]+)`$")
+#: msgspec quotes the offending value in these; our errors never echo input.
+_ECHOED_VALUE = re.compile(r"^(Invalid enum value) .*$")
+
+
+def _msgspec_error(message: str, field_prefix: str) -> str:
+    """`Expected `int`, got `str` - at `$.Times`` -> `ResourceProperties.Times: Expected `int`, got `str``."""
+    missing = _MISSING_FIELD.match(message)
+    if missing:
+        path = (missing.group("path") or "$")[1:]
+        return f"{field_prefix}{path}.{missing.group('name')}: required field is missing"
+    located = _AT_PATH.match(message)
+    text, path = (located.group("message"), located.group("path")[1:]) if located else (message, "")
+    text = _ECHOED_VALUE.sub(r"\1", text)
+    return f"{field_prefix}{path}: {text}"
+
+
+def _validate_msgspec(model: Any, raw: dict[str, Any], field_prefix: str) -> Any:
+    import msgspec
+
+    try:
+        return msgspec.convert(raw, model, strict=False)
+    except msgspec.ValidationError as exc:
+        raise PropertiesError(f"invalid {field_prefix}: {_msgspec_error(str(exc), field_prefix)}") from None
+
+
 def validate(model: Any, raw: dict[str, Any], field_prefix: str) -> Any:
     """Turn raw properties into the handler's type; errors name fields and rules, never values."""
     if model is None:
         return raw
+    if is_msgspec_struct(model):
+        return _validate_msgspec(model, raw, field_prefix)
     from pydantic import ValidationError  # lazy: only providers that use models pay for it
 
     try:
@@ -73,7 +108,8 @@ def _adapter(model: Any) -> Any:
 
 
 def secret_values(value: Any) -> list[str]:
-    """Plain texts of every SecretStr/SecretBytes inside validated properties, to mask them in Reasons."""
+    """Plain texts of every secret inside validated properties, to mask them in Reasons and logs:
+    pydantic SecretStr/SecretBytes, and msgspec fields marked `Meta(extra={"secret": True})`."""
     found: list[str] = []
     _collect(value, found, depth=0)
     return found
@@ -96,3 +132,23 @@ def _collect(value: Any, found: list[str], depth: int) -> None:
     elif hasattr(value, "__pydantic_fields__"):
         for name in value.__pydantic_fields__:
             _collect(getattr(value, name, None), found, depth + 1)
+    elif is_msgspec_struct(type(value)):
+        secret_fields = _msgspec_secret_fields(type(value))
+        for name in value.__struct_fields__:
+            item = getattr(value, name, None)
+            if name in secret_fields and isinstance(item, (str, bytes)):
+                found.append(item.decode("utf-8", "replace") if isinstance(item, bytes) else item)
+            else:
+                _collect(item, found, depth + 1)
+
+
+@functools.lru_cache(maxsize=256)
+def _msgspec_secret_fields(model: type) -> frozenset[str]:
+    """Fields annotated `Annotated[str, msgspec.Meta(extra={"secret": True})]`."""
+    hints = typing.get_type_hints(model, include_extras=True)
+    secret = set()
+    for name, hint in hints.items():
+        for meta in getattr(hint, "__metadata__", ()):
+            if (getattr(meta, "extra", None) or {}).get("secret"):
+                secret.add(name)
+    return frozenset(secret)
