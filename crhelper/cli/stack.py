@@ -7,9 +7,13 @@ Stacks live in $CRHELPER_HOME/stacks.sqlite (default ~/.crhelper), so `create`, 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
@@ -205,11 +209,19 @@ def _finish(description: Any, printer: Printer, operation: str) -> int:
         _print_outputs(description.output_values(), out)
         return EXIT_OK
     print(f"stack {description.name}: {description.status}: {description.status_reason}", file=out)
+    name = description.name
     if operation == "delete":
-        hint = f"fix the provider, then run `crhelper stack delete --stack {description.name}` again"
+        hint = f"fix the provider, then run `crhelper stack delete --stack {name}` again"
+    elif description.status.endswith("ROLLBACK_FAILED"):
+        hint = (f"the rollback failed too (see `crhelper stack describe --stack {name}`); fix the provider, "
+                f"then run `crhelper stack delete --stack {name}`")
     elif description.status.startswith(("CREATE_FAILED", "UPDATE_FAILED")):
-        hint = (f"inspect with `crhelper stack describe --stack {description.name}`; "
-                f"remove it with `crhelper stack delete --stack {description.name}`")
+        hint = (f"inspect with `crhelper stack describe --stack {name}`; "
+                f"remove it with `crhelper stack delete --stack {name}`")
+    elif description.status == "CREATE_ROLLBACK_COMPLETE":
+        # ROS cannot update or re-create over a rolled-back create: the stack must be deleted first.
+        hint = (f"fix the provider or template, then run `crhelper stack delete --stack {name}` "
+                "and `crhelper stack create` again (the stack was rolled back)")
     else:
         hint = f"fix the provider or template, then run `crhelper stack {operation}` again (the stack was rolled back)"
     print(f"  next: {hint}", file=out)
@@ -325,7 +337,11 @@ def _guard(run: Any, args: argparse.Namespace) -> int:
         return _error(str(exc), "`crhelper stack list` shows the local stacks")
     except StackStateError as exc:
         name = getattr(args, "stack", "NAME")
-        hint = f"`crhelper stack delete --stack {name}` first" if "already exists" in str(exc) else ""
+        hint = ""
+        if "_IN_PROGRESS" in str(exc):
+            hint = f"another crhelper process is running an operation on it; follow it with `crhelper stack events --stack {name}`"
+        elif "already exists" in str(exc) or "cannot be updated" in str(exc):
+            hint = f"`crhelper stack delete --stack {name}` first, then `crhelper stack create` it again"
         return _error(str(exc), hint)
     except BindingError as exc:
         return _error(str(exc), "see `crhelper stack --help` for the bindings format")
@@ -374,6 +390,7 @@ def _http_configs(text: str, parameters: dict[str, Any], name: str, emulator: An
 def _create(args: argparse.Namespace) -> int:
     from ..emulator.delivery import StackDelivery
     from ..emulator.delivery_bindings import remember_bindings
+    from ..emulator.emulator import UPDATABLE_STATUSES
 
     text = _read_template(args.template)
     parameters = _parameters(args)
@@ -382,14 +399,17 @@ def _create(args: argparse.Namespace) -> int:
         home = emulator.store.home
         existing = emulator.store.load(args.stack)
         if existing is not None and existing.status != "DELETE_COMPLETE":
+            delete_first = f"`crhelper stack delete --stack {args.stack}` first"
             raise _UsageError(f"stack '{args.stack}' already exists (status {existing.status})",
-                              f"`crhelper stack update ... --stack {args.stack}`, or `crhelper stack delete --stack {args.stack}` first")
+                              f"`crhelper stack update ... --stack {args.stack}`, or {delete_first}"
+                              if existing.status in UPDATABLE_STATUSES else delete_first)
         bindings = _bindings(args, home, args.template)
         emulator.validate(text, parameters, args.stack)
         _check_bound(text, parameters, bindings, emulator)
         remember_bindings(home, args.stack, bindings)
         configs = _http_configs(text, parameters, args.stack, emulator)
-        with StackDelivery(bindings, region=emulator.region, account_id=emulator.account_id, http_configs=configs) as deliver:
+        with _terminations_interrupt(), \
+                StackDelivery(bindings, region=emulator.region, account_id=emulator.account_id, http_configs=configs) as deliver:
             description = emulator.create(args.stack, text, parameters, deliver,
                                           disable_rollback=args.disable_rollback, on_event=printer.event)
     return _finish(description, printer, "create")
@@ -398,6 +418,7 @@ def _create(args: argparse.Namespace) -> int:
 def _update(args: argparse.Namespace) -> int:
     from ..emulator.delivery import StackDelivery
     from ..emulator.delivery_bindings import remember_bindings
+    from ..emulator.template import load_template
 
     given = _parameters(args)
     printer = Printer(args.json)
@@ -408,14 +429,17 @@ def _update(args: argparse.Namespace) -> int:
 
             raise StackNotFoundError(args.stack)
         text = _read_template(args.template) if args.template is not None else record.template_text
-        parameters = {k: v for k, v in record.parameters.items() if k not in given}
+        # Previous values carry over only for parameters the (new) template still declares.
+        declared = load_template(text).parameters
+        parameters = {k: v for k, v in record.parameters.items() if k in declared and k not in given}
         parameters.update(given)
         bindings = _bindings(args, emulator.store.home, args.template)
         emulator.validate(text, parameters, args.stack)
         _check_bound(text, parameters, bindings, emulator)
         remember_bindings(emulator.store.home, args.stack, bindings)
         configs = _http_configs(text, parameters, args.stack, emulator)
-        with StackDelivery(bindings, region=emulator.region, account_id=emulator.account_id, http_configs=configs) as deliver:
+        with _terminations_interrupt(), \
+                StackDelivery(bindings, region=emulator.region, account_id=emulator.account_id, http_configs=configs) as deliver:
             description = emulator.update(args.stack, text if args.template is not None else None, given, deliver,
                                           disable_rollback=args.disable_rollback, on_event=printer.event)
     return _finish(description, printer, "update")
@@ -433,9 +457,29 @@ def _delete(args: argparse.Namespace) -> int:
             raise StackNotFoundError(args.stack)
         bindings = _bindings(args, emulator.store.home, None)
         configs = _http_configs(record.template_text, record.parameters, args.stack, emulator)
-        with StackDelivery(bindings, region=emulator.region, account_id=emulator.account_id, http_configs=configs) as deliver:
+        with _terminations_interrupt(), \
+                StackDelivery(bindings, region=emulator.region, account_id=emulator.account_id, http_configs=configs) as deliver:
             description = emulator.delete(args.stack, deliver, on_event=printer.event)
     return _finish(description, printer, "delete")
+
+
+@contextlib.contextmanager
+def _terminations_interrupt() -> Iterator[None]:
+    """SIGTERM / SIGHUP end a running operation the way Ctrl-C does: the stack is marked FAILED
+    (instead of staying *_IN_PROGRESS, which no command accepts) and the local endpoints stop."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _dump(document: Any) -> None:

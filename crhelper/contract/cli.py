@@ -52,7 +52,11 @@ def _properties(path: Path, flag: str) -> dict[str, Any]:
     except OSError as exc:
         raise ValueError(f"{flag} {path}: cannot be read ({exc.strerror})") from None
     except yaml.YAMLError as exc:
-        raise ValueError(f"{flag} {path}: not valid JSON or YAML ({exc})") from None
+        # str(exc) quotes the offending line, which may hold a secret property value.
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise ValueError(f"{flag} {path}: not valid JSON or YAML ({problem}{where})") from None
     if not isinstance(document, dict):
         raise ValueError(f"{flag} {path}: must be a map of ResourceProperties")
     return document
@@ -84,9 +88,13 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("CRHELPER_LOG_LEVEL", "DEBUG")  # every line the provider can log is checked
     try:
         provider = provider_from_spec(args.provider)
-    except (ImportError, ValueError, FileNotFoundError) as exc:
-        print(f"crhelper contract: cannot load {args.provider}: {exc}", file=sys.stderr)
-        print("  next: pass package.module:provider (importable from here) or path/to/file.py:provider", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - any import-time failure is the provider's, reported not raised
+        not_found = isinstance(exc, (ImportError, ValueError, FileNotFoundError))
+        detail = str(exc) if not_found else f"{type(exc).__name__}: {exc}"
+        hint = ("pass package.module:provider (importable from here) or path/to/file.py:provider" if not_found
+                else "the provider's module raised while being imported; fix that error and run again")
+        print(f"crhelper contract: cannot load {args.provider}: {detail}", file=sys.stderr)
+        print(f"  next: {hint}", file=sys.stderr)
         return 2
     report = run_contract(provider, args.resource_type, create, update, secrets=args.secret, budget=args.budget,
                           name=args.provider)

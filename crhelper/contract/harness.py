@@ -19,7 +19,7 @@ from typing import Any
 
 from ..emulator.protocol import StackContext, build_request
 from ..local.response_server import ResponseServer
-from ..logs import JsonFormatter
+from ..logs import JsonFormatter, redact_url
 
 
 @dataclass
@@ -121,6 +121,9 @@ class Harness:
         error = None
         if outcome and outcome[0] is not None:
             error = f"provider raised {type(outcome[0]).__name__}: {outcome[0]}"
+            for key in ("ResponseURL", "IntranetResponseURL"):  # the report must not carry a presigned URL
+                if event.get(key):
+                    error = error.replace(event[key], redact_url(event[key]))
         answer = accepted[-1].body if accepted else None
         call = Call(event, seconds, answer, violations, finished=bool(outcome), error=error)
         self.calls.append(call)

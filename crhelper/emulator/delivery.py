@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..invariants import body_violations
+from ..logs import redact_url
 from ..local.response_server import Capture, ResponseServer
 from ..servicetoken import FcFunctionToken, MnsQueueToken, MnsTopicToken, ServiceTokenError, WebToken, parse_service_token
 from .delivery_bindings import Bindings, Faults
@@ -141,12 +142,32 @@ class StackDelivery:
 
         with self._lock:
             if spec not in self._providers:
-                self._providers[spec] = provider_from_spec(spec)
+                try:
+                    self._providers[spec] = provider_from_spec(spec)
+                except Exception as exc:  # noqa: BLE001 - an import-time failure is the user's code: name it
+                    raise DeliveryError(
+                        f"provider {spec} could not be loaded: {type(exc).__name__}: {exc}; "
+                        "fix it or bind another provider with -s TOKEN=MODULE:provider"
+                    ) from None
             return self._providers[spec]
 
     # ------------------------------------------------------------------ the Deliverer
 
     def __call__(self, service_token: str, request: dict[str, Any], timeout: float) -> dict[str, Any]:
+        urls: list[str] = []
+        try:
+            return self._deliver(service_token, request, timeout, urls)
+        except Exception as exc:
+            # The message becomes a stack event: a provider error quoting its event must not carry the
+            # presigned ResponseURLs into events, describe output or logs.
+            message = str(exc)
+            for url in urls:
+                message = message.replace(url, redact_url(url))
+            if message == str(exc):
+                raise
+            raise DeliveryError(message) from None
+
+    def _deliver(self, service_token: str, request: dict[str, Any], timeout: float, urls: list[str]) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         try:
             token = parse_service_token(service_token)
@@ -157,6 +178,7 @@ class StackDelivery:
         request["ResponseURL"], request["IntranetResponseURL"] = self.server.new_urls(
             request, fail_first=faults.response_fail_first, fail_status=faults.response_fail_status, delay=faults.response_delay
         )
+        urls.extend((request["ResponseURL"], request["IntranetResponseURL"]))
         if isinstance(token, WebToken):
             return self._web(token, service_token, request, timeout, deadline)
         spec = self.bindings.provider_for(service_token)

@@ -12,6 +12,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+from ..logs import redact_url
 from .errors import ResolutionError
 from .graph import DependencyGraph
 from .intrinsics import NO_VALUE
@@ -35,6 +36,12 @@ def _context(record: StackRecord) -> StackContext:
 
 def _is_live(resource: ResourceRecord | None) -> bool:
     return resource is not None and resource.physical_id is not None and resource.status in LIVE_RESOURCE_STATUSES
+
+
+def _shown_token(token: str) -> str:
+    """A ServiceToken for messages: a `web:` URL's query string may hold a credential."""
+    head, sep, url = token.partition(":")
+    return f"{head}{sep}{redact_url(url)}" if head.startswith("web") and sep else token
 
 
 def _never_requested(resource: ResourceRecord) -> bool:
@@ -119,18 +126,21 @@ class Engine:
     def _rollback_update(
         self, record: StackRecord, plan: Plan, actions: dict[str, str], previous: dict[str, ResourceRecord]
     ) -> str:
-        """Delete what the update created; send the old properties back to what it updated."""
-        revert = {}
-        for node, action in actions.items():
-            if action == CREATE:
-                revert[node] = DELETE
-            elif action == UPDATE and record.resources[node].status == "UPDATE_COMPLETE":
-                revert[node] = UPDATE
-        failed = self._revert(record, revert, plan.graph, previous)
-        for node, action in revert.items():
-            if action == DELETE and record.resources[node].status == "DELETE_COMPLETE" and node not in previous:
+        """Send the old properties back to what the update changed, then delete what it created.
+
+        Like ROS's ROLLBACK_IN_PROGRESS: restores run in the old template's dependency order (a
+        resource reading another's attributes is restored after it), then the resources the update
+        added are deleted, dependents first.
+        """
+        restore = {n: UPDATE for n, a in actions.items() if a == UPDATE and record.resources[n].status == "UPDATE_COMPLETE"}
+        remove = {n: DELETE for n, a in actions.items() if a == CREATE}
+        old_graph = DependencyGraph({n: r.depends_on for n, r in previous.items()})
+        problems = [self._revert(record, restore, old_graph, previous, forward=True)]
+        problems.append(self._revert(record, remove, plan.graph, previous))
+        for node in remove:
+            if record.resources[node].status == "DELETE_COMPLETE" and node not in previous:
                 del record.resources[node]
-        return failed
+        return "; ".join(p for p in problems if p)
 
     def delete(self, record: StackRecord) -> None:
         """Deletes in reverse dependency order; DeletionPolicy Retain sends no request."""
@@ -178,7 +188,7 @@ class Engine:
                 if token != existing.service_token:
                     return failure(
                         f"Resources.{node}.Properties.ServiceToken: cannot change on update "
-                        f"(was '{existing.service_token}', now '{token}')"
+                        f"(was '{_shown_token(existing.service_token)}', now '{_shown_token(token)}')"
                     )
                 existing.timeout, existing.deletion_policy, existing.depends_on = timeout, spec.deletion_policy, depends_on
                 if properties == existing.properties:
@@ -234,13 +244,19 @@ class Engine:
     # ------------------------------------------------------------------ rollback / delete
 
     def _revert(
-        self, record: StackRecord, operations: dict[str, str], graph: DependencyGraph, previous: dict[str, ResourceRecord]
+        self,
+        record: StackRecord,
+        operations: dict[str, str],
+        graph: DependencyGraph,
+        previous: dict[str, ResourceRecord],
+        forward: bool = False,
     ) -> str:
-        """Delete or restore resources in reverse dependency order; returns a failure summary or ''."""
+        """Delete or restore resources in reverse (or, with `forward`, creation) dependency order;
+        returns a failure summary or ''."""
         if not operations:
             return ""
         context = _context(record)
-        order = graph.subgraph(operations).reversed()
+        order = graph.subgraph(operations) if forward else graph.subgraph(operations).reversed()
         kinds: dict[str, str] = {}
 
         def launch(node: str) -> Call | Outcome:

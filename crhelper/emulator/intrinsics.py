@@ -340,7 +340,9 @@ class Evaluator:
             text, variables = args, {}
         else:
             text = args[0]
-            variables = self.evaluate(args[1], f"{fpath}[1]")
+            # Evaluated one by one: a variable that resolves to NoValue must still shadow a Ref of
+            # the same name (and render as ''), not vanish from the map the way a property would.
+            variables = {name: self.evaluate(value, f"{fpath}[1].{name}") for name, value in args[1].items()}
 
         def replace(match: re.Match[str]) -> str:
             inner = match.group(1).strip()

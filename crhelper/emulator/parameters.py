@@ -241,7 +241,11 @@ def load_parameter_file(text: str) -> dict[str, Any]:
     try:
         raw = yaml.safe_load(text) if text.strip() else {}
     except yaml.YAMLError as exc:
-        raise ValueError(f"parameter file: not valid JSON or YAML ({exc})") from None
+        # str(exc) quotes the offending line, which in a parameter file may hold a secret value.
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise ValueError(f"parameter file: not valid JSON or YAML ({problem}{where})") from None
     if raw is None:
         return {}
     if isinstance(raw, dict):

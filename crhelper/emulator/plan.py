@@ -8,7 +8,8 @@ from typing import Any
 
 from .errors import ResolutionError, TemplateValidationError
 from .graph import DependencyGraph
-from .intrinsics import UNKNOWN, Evaluator, references
+from .intrinsics import NO_VALUE, UNKNOWN, Evaluator, references
+from .masking import mask, secret_values
 from .parameters import resolve_parameters
 from .resolver import ConditionTable, ResourceLookup, StackResolver, pseudo_parameters
 from .template import OutputSpec, ResourceSpec, Template
@@ -66,8 +67,10 @@ def build_plan(template: Template, given: Mapping[str, Any], identity: StackIden
     if errors:
         raise TemplateValidationError(errors)
     conditions, condition_errors = ConditionTable(template.conditions, values, template.mappings).evaluate_all()
+    # Evaluation errors may quote a value (a bad Timeout, a map key) that came from a NoEcho parameter.
+    secrets = secret_values(parameter_values, [n for n, p in template.parameters.items() if p.no_echo])
     if condition_errors:
-        raise TemplateValidationError(condition_errors)
+        raise TemplateValidationError([mask(error, secrets) for error in condition_errors])
 
     active = {n: r for n, r in template.resources.items() if r.condition is None or conditions[r.condition]}
     outputs = {n: o for n, o in template.outputs.items() if o.condition is None or conditions[o.condition]}
@@ -89,7 +92,7 @@ def build_plan(template: Template, given: Mapping[str, Any], identity: StackIden
     if not errors:
         errors.extend(_dry_run_errors(plan))
     if errors:
-        raise TemplateValidationError(errors)
+        raise TemplateValidationError([mask(error, secrets) for error in errors])
     return plan
 
 
@@ -122,12 +125,14 @@ def resource_settings(plan: Plan, spec: ResourceSpec, lookup: ResourceLookup, dr
     timeout: Any = DEFAULT_TIMEOUT
     if spec.timeout is not None:
         timeout = plan.evaluate(spec.timeout, f"{path}.Timeout", lookup, dry_run)
-        if timeout is not UNKNOWN:
+        if timeout is NO_VALUE:  # `Fn::If [c, {Ref: ALIYUN::NoValue}, ...]` removes the property
+            timeout = DEFAULT_TIMEOUT
+        elif timeout is not UNKNOWN:
             timeout = _check_timeout(timeout, f"{path}.Timeout")
     if isinstance(token, str) and _is_sync_web(token):
         timeout = SYNC_WEB_TIMEOUT
     parameters = plan.evaluate(spec.parameters, f"{path}.Parameters", lookup, dry_run)
-    if parameters is None:
+    if parameters is None or parameters is NO_VALUE:
         parameters = {}
     if parameters is not UNKNOWN and not isinstance(parameters, dict):
         raise ResolutionError(f"{path}.Parameters", f"must be a map, got {type(parameters).__name__}")

@@ -117,3 +117,37 @@ def test_cli_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str
     props = write(tmp_path, "p.json", {"Name": "x"})
     assert contract_main([a.replace("{props}", props) for a in args]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("source,message", [("x = (\n", "SyntaxError: "), ("raise RuntimeError('boom at import')\n", "RuntimeError: boom")])
+def test_cli_provider_that_fails_to_import_exits_2_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                   source: str, message: str) -> None:
+    (tmp_path / "bad_provider.py").write_text(source)
+    props = write(tmp_path, "p.json", {"Name": "x"})
+    code = contract_main([f"{tmp_path / 'bad_provider.py'}:provider", "--type", "Custom::X", "--properties", props])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"cannot load {tmp_path / 'bad_provider.py'}:provider: {message}" in err and "next: " in err
+
+
+class _RaisesWithTheEvent:
+    """Raises with the whole event in its message, as careless provider code does."""
+
+    def handle(self, event: dict[str, Any]) -> None:
+        raise RuntimeError(f"cannot handle {event}")
+
+
+def test_a_provider_error_quoting_the_event_does_not_put_the_response_url_in_the_report() -> None:
+    report = run_contract(_RaisesWithTheEvent(), "Custom::Thing", {"Name": "x"}, budget=5)
+    text = json.dumps(report.to_dict())
+    assert "provider raised RuntimeError: cannot handle" in text
+    assert "Signature=" not in text and "?<redacted>" in text
+
+
+def test_cli_property_file_syntax_error_does_not_quote_the_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    props = tmp_path / "p.yaml"
+    props.write_text("Name: x\nPassword: s3cret-pw: y\n")
+    assert contract_main([f"{GREETING}:provider", "--type", "Custom::Greeting", "--properties", str(props)]) == 2
+    err = capsys.readouterr().err
+    assert "not valid JSON or YAML (mapping values are not allowed here at line 2" in err
+    assert "s3cret-pw" not in err

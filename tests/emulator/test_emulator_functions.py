@@ -220,3 +220,21 @@ def test_timeout_service_token_and_generic_type_reach_the_deliverer(emulator: St
         "Sync": ("web[sync,idempotent]:http://127.0.0.1:9/x", 10.0),
     }
     assert provider.last("Long", "Create")["ResourceType"] == "ALIYUN::ROS::CustomResource"
+
+
+def test_no_value_in_sub_variables_and_whole_properties(emulator: StackEmulator, provider: Provider) -> None:
+    """NoValue in an Fn::Sub variable renders '' (not a Ref to an unknown name); on Timeout or
+    Parameters it removes the property, so the defaults apply (60 s, no properties)."""
+    no_value = {"Fn::If": ["Never", "x", {"Ref": "ALIYUN::NoValue"}]}
+    doc = template(
+        {
+            "A": custom(Parameters={"Text": {"Fn::Sub": ["a${Suffix}b", {"Suffix": no_value}]}}),
+            "B": custom(Timeout=no_value, Parameters=no_value),
+        },
+        Conditions={"Never": {"Fn::Equals": [1, 2]}},
+    )
+    deploy(emulator, provider, doc)
+    assert props(provider, "A") == {"Text": "ab"}
+    assert props(provider, "B") == {}
+    timeouts = {r["LogicalResourceId"]: call[1] for r, call in zip(provider.requests, provider.calls)}
+    assert timeouts["B"] == 60.0

@@ -440,3 +440,39 @@ def test_update_data_is_kept_when_the_provider_omits_it(
         f"Resource A failed: provider changed PhysicalResourceId on Update from '{a_id}' to 'other'; "
         "ROS does not allow replacement"
     )
+
+
+def test_service_token_change_message_hides_a_web_urls_query(
+    emulator: StackEmulator, provider: Provider, events: list[StackEvent]
+) -> None:
+    before = template({"A": custom(token="web:https://hooks.example.com/ros?key=k3y-s3cret")})
+    create(emulator, provider, before, events)
+    after = template({"A": custom(token="web:https://hooks.example.com/ros2?key=k3y-s3cret2", Parameters={"X": 1})})
+    described = emulator.update("s", as_text(after), {}, provider, on_event=events.append)
+    assert described.status == "ROLLBACK_COMPLETE"
+    assert "ServiceToken: cannot change on update (was 'web:https://hooks.example.com/ros?<redacted>'" in described.status_reason
+    assert all("k3y-s3cret" not in repr(e) for e in events)
+    assert "k3y-s3cret" not in repr(emulator.describe("s"))
+
+
+def test_update_rollback_restores_dependencies_first_then_deletes_what_it_created(
+    emulator: StackEmulator, provider: Provider, events: list[StackEvent]
+) -> None:
+    """Rollback Updates run in dependency order (B reads A's attributes, so A is restored first);
+    resources the update created are deleted afterwards, dependents first."""
+    create(emulator, provider, chain(), events)
+    provider.requests.clear()
+    provider.on("Bad", "Create", fail="no capacity")
+    doc = updated_chain()
+    doc["Resources"]["Bad"] = {**custom(), "DependsOn": "B"}
+    doc["Resources"]["New"] = {**custom(Parameters={"From": {"Fn::GetAtt": ["E", "V"]}})}
+    described = emulator.update("s", as_text(doc), {}, provider, on_event=events.append)
+    assert described.status == "ROLLBACK_COMPLETE"
+    sent = provider.sent()
+    failure = sent.index(("Create", "Bad"))
+    rollback = [r for r in sent[failure + 1:]]
+    assert rollback.index(("Update", "A")) < rollback.index(("Update", "B"))
+    deletes = [r for r in rollback if r[0] == "Delete"]
+    assert sorted(deletes) == [("Delete", "Bad"), ("Delete", "E"), ("Delete", "New")]
+    assert rollback.index(("Update", "B")) < rollback.index(deletes[0])
+    assert rollback.index(("Delete", "New")) < rollback.index(("Delete", "E"))

@@ -105,3 +105,11 @@ def test_parameter_files() -> None:
         load_parameter_file('"just text"')
     with pytest.raises(ValueError, match="not valid JSON or YAML"):
         load_parameter_file("a: [")
+
+
+def test_parameter_file_syntax_errors_name_the_line_not_its_text() -> None:
+    with pytest.raises(ValueError) as caught:
+        load_parameter_file("User: admin\nPassword: hunter2-pw: x\n")
+    message = str(caught.value)
+    assert message.startswith("parameter file: not valid JSON or YAML (mapping values are not allowed here at line 2")
+    assert "hunter2-pw" not in message

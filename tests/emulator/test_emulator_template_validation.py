@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -269,3 +270,23 @@ def test_parameter_value_errors_are_collected(emulator: StackEmulator) -> None:
         "Parameters.N: no value given and the parameter has no Default",
         "Parameters.S: length 4 is above MaxLength 2",
     }
+
+
+def test_value_errors_never_quote_a_no_echo_value(emulator: StackEmulator) -> None:
+    doc = {
+        "ROSTemplateFormatVersion": "2015-09-01",
+        "Parameters": {"Secret": {"Type": "String", "NoEcho": True}},
+        "Conditions": {"Odd": {"Fn::Equals": [{"Fn::FindInMap": ["M", {"Ref": "Secret"}, "k"]}, "v"]}},
+        "Mappings": {"M": {"top": {"k": "v"}}},
+        "Resources": {
+            "A": {"Type": "Custom::A", "Properties": {"ServiceToken": "acs:fc:cn-hangzhou:1:functions/f",
+                                                       "Timeout": {"Ref": "Secret"}}},
+        },
+    }
+    for condition in (True, False):
+        if not condition:
+            del doc["Conditions"]
+        with pytest.raises(TemplateValidationError) as caught:
+            emulator.validate(json.dumps(doc), {"Secret": "hunter2-pw"})
+        assert "hunter2-pw" not in str(caught.value)
+        assert "******" in str(caught.value)

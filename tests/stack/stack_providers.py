@@ -23,7 +23,7 @@ provider = Provider()
 def create(props: dict, request: Request) -> Result:
     if props.get("Fail"):
         raise Failure(f"intentional failure: {props['Fail']}")
-    time.sleep(float(props.get("Sleep", 0)))
+    time.sleep(float(props.get("Sleep", 0)) + float(props.get("CreateSleep", 0)))
     return Result(physical_id=f"echo-{props.get('Name', request.logical_resource_id)}", data=dict(props))
 
 
@@ -44,6 +44,8 @@ class Rogue:
 
     def handle(self, event: dict[str, Any]) -> None:
         rule = event["ResourceProperties"].get("Break", "")
+        if rule == "raise-with-event":
+            raise RuntimeError(f"cannot handle {event}")
         body: dict[str, Any] = {
             "Status": "SUCCESS",
             "StackId": event["StackId"],

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from stack_support import FC3, REPO, echo_template, run_cli, spec
 
 from crhelper.cli import stack as stack_cli
+from crhelper.emulator import StackEmulator
 
 DEMO = REPO / "templates" / "demo.yaml"
 
@@ -84,6 +89,23 @@ def test_failed_create_exits_1_with_the_providers_reason_and_next_step(tmp_path:
     assert "CREATE_FAILED                 intentional failure: boom" in out
     assert "stack bad: CREATE_ROLLBACK_COMPLETE: Resource Bad failed: intentional failure: boom" in out
     assert "next: fix the provider or template" in out
+    assert "crhelper stack delete --stack bad" in out  # a rolled-back stack can be neither updated nor re-created
+    assert cli("update", template, "--stack", "bad", "-s", f"{FC3}={spec()}") == 2
+    assert "next: `crhelper stack delete --stack bad` first" in capsys.readouterr().err
+    assert cli("create", template, "--stack", "bad", "-s", f"{FC3}={spec()}") == 2
+    err = capsys.readouterr().err
+    assert "next: `crhelper stack delete --stack bad` first" in err and "stack update" not in err
+
+
+def test_failed_rollback_does_not_claim_the_stack_was_rolled_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = tmp_path / "broken_provider.py"
+    broken.write_text("raise RuntimeError('cannot import')\n")
+    template = write_template(tmp_path, echo_template(FC3, {"Bad": {"Name": "b"}}))
+    assert cli("create", template, "--stack", "stuck", "-s", f"{FC3}={broken}:provider") == 1
+    out = capsys.readouterr().out
+    assert "stack stuck: CREATE_ROLLBACK_FAILED" in out
+    assert "was rolled back" not in out and "the rollback failed too" in out
+    assert "crhelper stack delete --stack stuck" in out
 
 
 def test_disable_rollback_keeps_resources_and_points_to_describe(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -134,3 +156,56 @@ def test_help_teaches_with_examples() -> None:
     assert "bindings:" in result.stdout and "Exit codes" in result.stdout
     create_help = run_cli("create", "--help").stdout
     assert "--kill-provider" in create_help and "--response-fail-first" in create_help
+
+
+def test_update_to_a_template_without_a_previous_parameter(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def doc(parameters: dict[str, Any], value: Any) -> str:
+        return json.dumps({"ROSTemplateFormatVersion": "2015-09-01", "Parameters": parameters, "Resources": {
+            "A": {"Type": "Custom::Echo", "Properties": {"ServiceToken": FC3, "Parameters": {"V": value}}}}})
+
+    first = write_template(tmp_path, doc({"Old": {"Type": "String"}}, {"Ref": "Old"}), "first.json")
+    second = write_template(tmp_path, doc({}, "fixed"), "second.json")
+    assert cli("create", first, "--stack", "drop", "-p", "Old=o", "-s", f"{FC3}={spec()}") == 0
+    assert cli("update", second, "--stack", "drop", "-s", f"{FC3}={spec()}") == 0, capsys.readouterr().err
+    assert "stack drop: UPDATE_COMPLETE" in capsys.readouterr().out
+
+
+def test_sigterm_mid_create_leaves_a_failed_stack_that_can_be_deleted(tmp_path: Path, home: Path) -> None:
+    """A terminated `create` must not leave the stack CREATE_IN_PROGRESS, which no command accepts."""
+    template = write_template(tmp_path, echo_template(FC3, {"Slow": {"CreateSleep": 30}}, timeout=60))
+    command = [sys.executable, "-m", "crhelper.cli.stack", "create", template, "--stack", "term", "-s", f"{FC3}={spec()}"]
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if "Slow" in line and "CREATE_IN_PROGRESS" in line:
+                break
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 128 + signal.SIGTERM
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    with StackEmulator(home) as emulator:
+        described = emulator.describe("term")
+    assert described.status == "CREATE_FAILED"
+    assert described.status_reason == "operation interrupted: SystemExit"
+    assert cli("delete", "--stack", "term") == 0
+
+
+def test_a_stack_busy_in_another_process_points_to_its_events(tmp_path: Path, home: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    template = write_template(tmp_path, echo_template(FC3))
+    assert cli("create", template, "--stack", "busy", "-s", f"{FC3}={spec()}") == 0
+    with StackEmulator(home) as emulator:
+        record = emulator.store.load("busy")
+        assert record is not None
+        record.status = "UPDATE_IN_PROGRESS"
+        emulator.store.save(record)
+    capsys.readouterr()
+    for command in (("update", template), ("delete",)):
+        assert cli(*command, "--stack", "busy", "-s", f"{FC3}={spec()}") == 2
+        err = capsys.readouterr().err
+        assert "in status UPDATE_IN_PROGRESS" in err
+        assert "next: another crhelper process is running an operation on it" in err, err
+        assert "crhelper stack events --stack busy" in err

@@ -139,3 +139,29 @@ def test_protocol_violations_fail_the_resource_with_the_servers_message(emulator
     assert failed.status == "CREATE_FAILED"
     assert reason.startswith("the Create response broke the ROS protocol: ")
     assert message in reason
+
+
+@pytest.mark.parametrize("source,kind", [("x = (\n", "SyntaxError"), ("raise RuntimeError('boom at import')\n", "RuntimeError")])
+def test_a_provider_that_fails_to_load_is_named_in_the_reason(emulator: StackEmulator, tmp_path: Path,
+                                                               source: str, kind: str) -> None:
+    broken = tmp_path / "broken_provider.py"
+    broken.write_text(source)
+    bindings = Bindings().with_flags([f"{FC3}={broken}:provider"])
+    with StackDelivery(bindings) as deliver:
+        failed = emulator.create("broken", echo_template(FC3), {}, deliver, disable_rollback=True)
+    reason = failed.resources[0].status_reason
+    assert failed.status == "CREATE_FAILED"
+    assert reason.startswith(f"provider {broken}:provider could not be loaded: {kind}: "), reason
+    assert "-s TOKEN=MODULE:provider" in reason
+
+
+def test_a_provider_error_quoting_its_event_keeps_the_response_url_out_of_events(emulator: StackEmulator) -> None:
+    events: list[Any] = []
+    with StackDelivery(bound(FC3, "rogue")) as deliver:
+        failed = emulator.create("quoting", echo_template(FC3, {"Echo": {"Break": "raise-with-event"}}), {}, deliver,
+                                 disable_rollback=True, on_event=events.append)
+    reason = failed.resources[0].status_reason
+    assert reason.startswith("cannot handle {"), reason
+    assert "/ros/public/" in reason and "?<redacted>" in reason
+    assert all("Signature=" not in repr(e) for e in events + emulator.events("quoting"))
+    assert "Signature=" not in repr(emulator.describe("quoting"))
