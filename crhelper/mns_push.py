@@ -15,6 +15,7 @@ import hashlib
 import threading
 import time
 import urllib.request
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
@@ -77,11 +78,19 @@ def build_string_to_sign(
 class CertificateFetcher:
     """Fetches certificates over HTTP(S) with a timeout and a size cap, caching the public key per URL."""
 
-    def __init__(self, timeout: float = 5.0, cache_seconds: float = 3600.0) -> None:
+    def __init__(self, timeout: float = 5.0, cache_seconds: float = 3600.0, max_entries: int = 32) -> None:
+        if max_entries < 1:
+            raise ValueError("CertificateFetcher.max_entries must be at least 1")
         self.timeout = timeout
         self.cache_seconds = cache_seconds
-        self._cache: dict[str, tuple[float, Any]] = {}
+        # Bounded: every push names its own URL, and a sender may vary it (query strings) at will.
+        self.max_entries = max_entries
+        self._cache: OrderedDict[str, tuple[float, Any]] = OrderedDict()
         self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._cache)
 
     def public_key(self, url: str) -> Any:
         """The certificate's public key; raises PushVerificationError when it cannot be had."""
@@ -93,6 +102,9 @@ class CertificateFetcher:
         key = _load_public_key(self._download(url))
         with self._lock:
             self._cache[url] = (now, key)
+            self._cache.move_to_end(url)
+            while len(self._cache) > self.max_entries:
+                self._cache.popitem(last=False)
         return key
 
     def clear(self) -> None:
@@ -138,7 +150,7 @@ def verify(
     signature = _signature(lower)
     if body is not None:
         _check_body_md5(lower, body)
-    key = (fetcher or _DEFAULT_FETCHER).public_key(cert_url)
+    key = (_DEFAULT_FETCHER if fetcher is None else fetcher).public_key(cert_url)
     candidates = [build_string_to_sign(method, resource, lower)]
     lowered_type = lower.get("content-type", "").lower()
     if lowered_type != lower.get("content-type", ""):
@@ -178,6 +190,7 @@ def _cert_url(lower: Mapping[str, str], allowed_hosts: Iterable[str], require_ht
     try:
         parts = urlsplit(url)
         host = (parts.hostname or "").lower()
+        port = parts.port
     except ValueError:
         raise PushVerificationError("header x-mns-signing-cert-url does not hold a valid URL") from None
     allowed = {h.lower() for h in allowed_hosts}
@@ -186,9 +199,16 @@ def _cert_url(lower: Mapping[str, str], allowed_hosts: Iterable[str], require_ht
         raise PushVerificationError(
             f"signing certificate URL scheme {parts.scheme!r} is not allowed; it must be {need}"
         )
+    if "@" in parts.netloc:
+        # Credentials in the URL make hosts ambiguous between parsers; MNS never sends them.
+        raise PushVerificationError("signing certificate URL must not carry user information ('@')")
     if host not in allowed:
         raise PushVerificationError(f"signing certificate host {host!r} is not in the allowlist {sorted(allowed)}")
-    return url
+    if require_https and port not in (None, 443):
+        raise PushVerificationError("signing certificate URL must use the default https port 443")
+    # Fetch exactly what was checked: rebuilt from the parsed parts, without fragment or stray spaces.
+    netloc = host if port is None else f"{host}:{port}"
+    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{parts.query}" if parts.query else "")
 
 
 def _fresh_date(lower: Mapping[str, str], max_age_seconds: float, now: datetime | None) -> datetime:

@@ -32,9 +32,16 @@ _log = logging.getLogger(__name__)
 
 
 def _read_chunked(rfile: Any) -> bytes:
+    """A chunked body; FcApiError(400) for a malformed chunk size (else the connection just drops)."""
     chunks = []
     while True:
-        size = int(rfile.readline().split(b";")[0].strip(), 16)
+        line = rfile.readline()
+        try:
+            size = int(line.split(b";")[0].strip(), 16)
+        except ValueError:
+            raise FcApiError(400, "InvalidArgument", "chunked body: chunk size must be hexadecimal") from None
+        if size < 0:
+            raise FcApiError(400, "InvalidArgument", "chunked body: chunk size must not be negative")
         if size == 0:
             while rfile.readline() not in (b"\r\n", b"\n", b""):
                 pass

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import heapq
 import http.client
+import itertools
 import json
 import random
 import re
 import threading
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -87,7 +90,8 @@ def notification(message: PublishedMessage, sub: SubscriptionState, owner: str) 
 
 
 class Pusher:
-    """Runs deliveries on a small thread pool; ``close`` abandons pending retries promptly."""
+    """Runs delivery tries on a small thread pool and waits out retry delays on a timer thread, so a
+    failing endpoint never delays other subscriptions; ``close`` abandons pending retries promptly."""
 
     def __init__(
         self,
@@ -109,10 +113,35 @@ class Pusher:
         self._lock = threading.Condition()
         self._attempts: list[PushAttempt] = []
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="local-mns-push")
+        # Retries wait here, not in a pool thread: a dead endpoint must not hold up other deliveries.
+        self._due: list[tuple[float, int, PublishedMessage, SubscriptionState, list[float], int]] = []
+        self._seq = itertools.count()
+        self._timer = threading.Thread(target=self._schedule_loop, name="local-mns-push-retry", daemon=True)
+        self._timer.start()
 
     def deliver(self, message: PublishedMessage, subscriptions: list[SubscriptionState]) -> None:
         for sub in subscriptions:
-            self._pool.submit(self._run, message, sub)
+            delays = [d * self._scale for d in retry_delays(sub.notify_strategy, self._rng)]
+            self._submit(message, sub, delays, 0)
+
+    def _submit(self, message: PublishedMessage, sub: SubscriptionState, delays: list[float], attempt: int) -> None:
+        try:
+            self._pool.submit(self._run, message, sub, delays, attempt)
+        except RuntimeError:  # closed meanwhile: pending retries are abandoned, as documented
+            pass
+
+    def _schedule_loop(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                now = time.monotonic()
+                ready = []
+                while self._due and self._due[0][0] <= now:
+                    ready.append(heapq.heappop(self._due))
+                if not ready:
+                    self._lock.wait(self._due[0][0] - now if self._due else None)
+                    continue
+            for _, _, message, sub, delays, attempt in ready:
+                self._submit(message, sub, delays, attempt)
 
     def attempts(self) -> list[PushAttempt]:
         with self._lock:
@@ -130,21 +159,25 @@ class Pusher:
 
     def close(self) -> None:
         self._stop.set()
+        with self._lock:
+            self._due.clear()
+            self._lock.notify_all()
+        self._timer.join(timeout=5)
         self._pool.shutdown(wait=True, cancel_futures=True)
 
-    def _run(self, message: PublishedMessage, sub: SubscriptionState) -> None:
-        delays = [d * self._scale for d in retry_delays(sub.notify_strategy, self._rng)]
-        for attempt in range(len(delays) + 1):
-            if self._stop.is_set():
-                return
-            status, error = self._attempt(message, sub)
-            shown = sub.endpoint if sub.endpoint.startswith("acs:") else _without_query(sub.endpoint)
-            record = PushAttempt(message.topic, sub.name, shown, message.message_id, attempt + 1, status, error)
-            with self._lock:
-                self._attempts.append(record)
-                self._lock.notify_all()
-            if record.ok or attempt == len(delays) or self._stop.wait(delays[attempt]):
-                return
+    def _run(self, message: PublishedMessage, sub: SubscriptionState, delays: list[float], attempt: int) -> None:
+        """One delivery try; a failed one is queued again after its NotifyStrategy delay."""
+        if self._stop.is_set():
+            return
+        status, error = self._attempt(message, sub)
+        shown = sub.endpoint if sub.endpoint.startswith("acs:") else _without_query(sub.endpoint)
+        record = PushAttempt(message.topic, sub.name, shown, message.message_id, attempt + 1, status, error)
+        with self._lock:
+            self._attempts.append(record)
+            if not record.ok and attempt < len(delays) and not self._stop.is_set():
+                due = time.monotonic() + delays[attempt]
+                heapq.heappush(self._due, (due, next(self._seq), message, sub, delays, attempt + 1))
+            self._lock.notify_all()
 
     def _attempt(self, message: PublishedMessage, sub: SubscriptionState) -> tuple[int | None, str | None]:
         body, content_type = notification(message, sub, self._owner)

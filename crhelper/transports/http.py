@@ -399,7 +399,8 @@ class HttpApp:
         within = max(0.1, self.config.sync_within - (time.monotonic() - received))
         try:
             body = self._respond(event, within)
-        except Exception as exc:  # the reply is the result: a crash must still be a FAILED body
+        except BaseException as exc:  # noqa: BLE001 - the reply is the result: a crash (SystemExit from a
+            # handler included, which would otherwise leave ROS without any reply) must still be a FAILED body
             _log.exception("sync handler path failed")
             body = failed_body_from_raw(event, f"internal error in crhelper: {type(exc).__name__}")
         if body is None:

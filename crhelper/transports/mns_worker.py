@@ -393,7 +393,10 @@ class QueueWorker:
             task = self._tasks.get()
             if task is None:
                 return
-            task()
+            try:
+                task()
+            except BaseException:  # noqa: BLE001 - the pool must keep its size whatever a task raises
+                _log.exception("a worker task failed")
 
     def _done(self) -> None:
         with self._lock:
@@ -420,7 +423,9 @@ class QueueWorker:
             elif action is Action.KEEP:
                 _log.warning(reason, extra={"fields": {**fields, "error": outcome.error}})
             self._finish(lease, action)
-        except Exception:  # a bug of ours: keep the message so that MNS redelivers it
+        except BaseException:  # noqa: BLE001 - a bug (even SystemExit from a handler) must not end this thread
+            # Otherwise the lease stays registered, the keeper extends it forever and the message is never
+            # handled again. Keep the message so that MNS redelivers it.
             _log.exception("handling a message failed; it stays in the queue", extra={"fields": fields})
             self._finish(lease, Action.KEEP)
         finally:

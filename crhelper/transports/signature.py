@@ -126,7 +126,8 @@ DEFAULT_VARIANT = SignatureVariant()
 
 @dataclass(frozen=True)
 class VerifiedSignature:
-    """A signature that passed: its Date as epoch seconds and its Value (the replay-cache key part)."""
+    """A signature that passed: its Date as epoch seconds and its Value, trimmed and lower-cased (the
+    replay-cache key part: any spelling that verifies maps to the same key)."""
 
     date: float
     value: str
@@ -247,7 +248,8 @@ def verify(
     current = time.time() if now is None else now
     if abs(current - stamp) > max_skew:
         raise SignatureError("Signature.Date", f"must be within {max_skew:g} s of the server clock")
-    presented = value.strip().lower().encode("ascii", "replace")
+    normalized = value.strip().lower()
+    presented = normalized.encode("ascii", "replace")
     matched = False
     for url in urls:
         text = string_to_sign(body, date=date, url=url, content_type=content_type, headers=headers, variant=variant)
@@ -255,7 +257,8 @@ def verify(
         matched |= hmac.compare_digest(presented, _digest(key, text, variant).encode("ascii"))
     if not matched:
         raise SignatureError("Signature.Value", "does not match the request signed with the configured SignKey")
-    return VerifiedSignature(stamp, value)
+    # The normalized Value: Signature is outside the signed data, so a replay may respell it freely.
+    return VerifiedSignature(stamp, normalized)
 
 
 class ReplayCache:

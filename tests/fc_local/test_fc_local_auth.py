@@ -151,3 +151,17 @@ def test_other_routes_are_not_supported(fc: LocalFunctionCompute) -> None:
         fc.client().list_services()
     assert excinfo.value.err_code == "PathNotSupported"
     assert json.loads(excinfo.value.message)["RequestId"] != "unknown"
+
+
+def test_malformed_chunked_body_gets_an_fc_error_not_a_dropped_connection(fc: LocalFunctionCompute) -> None:
+    import socket
+    from urllib.parse import urlsplit
+
+    where = urlsplit(fc.endpoint)
+    with socket.create_connection((where.hostname, where.port), timeout=10) as conn:
+        conn.sendall(f"POST {PATH} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhi\r\n0\r\n\r\n".encode())
+        reply = b""
+        while chunk := conn.recv(4096):
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 400"), reply[:80]
+    assert b"InvalidArgument" in reply and b"chunk" in reply

@@ -37,3 +37,8 @@ def create_slow(props: dict[str, Any], request: Request) -> Result:
 @provider.create("Custom::Broken")
 def create_broken(props: dict[str, Any], request: Request) -> Result:
     raise Failure("this resource always fails")
+
+
+@provider.create("Custom::Exit")
+def create_exit(props: dict[str, Any], request: Request) -> Result:
+    raise SystemExit(3)  # a user bug that escapes `except Exception`

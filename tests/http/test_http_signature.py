@@ -151,6 +151,20 @@ def test_replayed_signature_is_refused_409_but_a_resigned_retry_is_accepted(serv
     assert runs == [event["RequestId"]] * 2  # the first and the re-signed retry ran; the replay never did
 
 
+def test_replay_with_a_respelled_signature_value_is_still_refused(serve, response_server: ResponseServer) -> None:
+    """Signature is outside the signed data, so a replay may pad or re-case Value; it must still be caught."""
+    server = serve(EndpointConfig(sign_key=KEY))
+    event = response_server.attach(make_event("Delete", "Custom::Echo", {"Name": "p"}, physical_resource_id="echo-p"))
+    first = _signed(event, server.url)
+    assert requests.post(server.url, json=first, timeout=10).status_code == 200
+    value = first["Signature"]["Value"]
+    for spelled in (f" {value}", f"{value}\n", value.upper(), f"\t{value.upper()} "):
+        replay = {**first, "Signature": {**first["Signature"], "Value": spelled}}
+        reply = requests.post(server.url, json=replay, timeout=10)
+        assert reply.status_code == 409, (repr(spelled), reply.text)
+    response_server.wait_for(event["RequestId"])
+
+
 def test_replays_allowed_when_configured(serve, response_server: ResponseServer) -> None:
     server = serve(EndpointConfig(sign_key=KEY, reject_replays=False))
     event = response_server.attach(make_event("Create", "Custom::Echo", {"Name": "again"}))

@@ -65,6 +65,18 @@ def test_failures_are_failed_bodies_with_status_200(serve) -> None:
     assert not_ros.status_code == 400
 
 
+def test_handler_raising_system_exit_still_gets_a_failed_body_in_time(serve) -> None:
+    server = serve()
+    event = make_event("Create", "Custom::Exit")
+    started = time.monotonic()
+    reply = requests.post(server.url + "/sync", json=event, timeout=ROS_SYNC_LIMIT)
+    assert time.monotonic() - started < 2.0
+    assert reply.status_code == 200 and reply.json()["Status"] == "FAILED"
+    assert reply.json()["RequestId"] == event["RequestId"]
+    again = requests.post(server.url + "/sync", json=make_event("Create", "Custom::Echo", {"Name": "next"}), timeout=10)
+    assert again.json()["PhysicalResourceId"] == "echo-next"
+
+
 def test_respond_hook_replaces_the_provider(serve) -> None:
     calls: list[float] = []
 

@@ -189,3 +189,42 @@ def test_certificate_is_fetched_once_per_url(cert_server: Any) -> None:
     stop()
     mns_push.verify("POST", "/n", headers, body, fetcher=fetcher, **LOCAL)  # served from cache
     assert hits == ["/cert.pem"]
+
+
+def _signed_headers(identity: Any, url: str, body: bytes) -> dict[str, str]:
+    headers = {
+        "content-md5": hashlib.md5(body).hexdigest(),
+        "content-type": "text/plain;charset=utf-8",
+        "date": formatdate(usegmt=True),
+        "x-mns-signing-cert-url": base64.b64encode(url.encode()).decode(),
+        "x-mns-version": "2015-06-06",
+    }
+    headers["authorization"] = identity.sign_b64(build_string_to_sign("POST", "/n", headers))
+    return headers
+
+
+def test_cert_url_with_userinfo_or_an_odd_https_port_is_refused(cert_server: Any) -> None:
+    identity, url, hits, _ = cert_server
+    port = url.split(":")[2].split("/")[0]
+    body = b"hello"
+    cases = [
+        (f"http://evil.example@127.0.0.1:{port}/cert.pem", LOCAL, "user information"),
+        (f"https://127.0.0.1:{port}/cert.pem", {"allowed_hosts": {"127.0.0.1"}}, "port 443"),
+        (f"https://127.0.0.1:0x1bb/cert.pem", {"allowed_hosts": {"127.0.0.1"}}, "not hold a valid URL"),
+    ]
+    for forged, options, expected in cases:
+        headers = _signed_headers(identity, forged, body)
+        reason = _reason(lambda: mns_push.verify("POST", "/n", headers, body, fetcher=CertificateFetcher(timeout=1), **options))
+        assert expected in reason, (forged, reason)
+    assert hits == []  # refused before anything was fetched
+    verdict = mns_push.verify("POST", "/n", _signed_headers(identity, f" {url}#frag", body), body, **LOCAL)
+    assert verdict.cert_url == url  # the URL fetched is the one checked, rebuilt from its parts
+
+
+def test_certificate_cache_stays_bounded_when_urls_vary(cert_server: Any) -> None:
+    identity, url, hits, _ = cert_server
+    body = b"hello"
+    fetcher = CertificateFetcher(max_entries=3)
+    for n in range(6):
+        mns_push.verify("POST", "/n", _signed_headers(identity, f"{url}?v={n}", body), body, fetcher=fetcher, **LOCAL)
+    assert len(hits) == 6 and len(fetcher) == 3

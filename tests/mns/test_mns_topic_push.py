@@ -147,3 +147,31 @@ def test_backoff_retry_gives_up_after_three_retries(account: Any, name: str, pus
     # Waiting for a fifth try must time out: scaled retry delays are at most 0.1 s.
     assert [a.status for a in local_mns.wait_push_attempts(published.message_id, 5, timeout=0.5)] == [500] * 4
     assert len(push_receiver.pushes) == 4
+
+
+def test_failing_endpoints_waiting_to_retry_do_not_delay_other_deliveries() -> None:
+    import socket
+    import time
+
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    dead = f"http://127.0.0.1:{probe.getsockname()[1]}/down"
+    probe.close()  # nothing listens there: every push is refused at once and waits 1-2 s to retry
+    with LocalMNS(retry_time_scale=0.1) as mns:
+        account = mns.account()
+        failing = _topic(account, "failing")
+        for n in range(6):
+            _subscribe(failing, f"dead-{n}", dead, "SIMPLIFIED")
+        published = failing.publish_message(TopicMessage("nobody listens"))
+        for n in range(6):
+            assert mns.wait_push_attempts(published.message_id, n + 1)[n].status is None
+        queue = account.get_queue("healthy")
+        queue.set_encoding(False)
+        queue.create(QueueMeta())
+        _subscribe(_topic(account, "other"), "to-queue", mns.queue_arn("healthy"), "SIMPLIFIED")
+        started = time.monotonic()
+        account.get_topic("other").publish_message(TopicMessage("prompt"))
+        assert queue.receive_message(wait_seconds=3).message_body == "prompt"
+        assert time.monotonic() - started < 0.5
+        stopping = time.monotonic()
+    assert time.monotonic() - stopping < 2.0  # pending retries are abandoned on stop

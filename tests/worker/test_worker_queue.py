@@ -160,6 +160,27 @@ def test_graceful_stop_finishes_in_flight_work(
     assert queue_empty(local_mns, name)
 
 
+def test_a_handler_raising_system_exit_does_not_kill_a_worker_thread(
+    local_mns: LocalMNS, make_queue: Any, name: str, response_server: Any, providers: Any, store_url: str,
+    start_worker: Any
+) -> None:
+    provider = greeting_provider(providers)
+
+    @provider.create("Custom::Exit")
+    def create_exit(props: dict, request: Any) -> Result:
+        raise SystemExit(3)  # a user bug that escapes `except Exception`
+
+    exiting = response_server.attach(make_event("Create", "Custom::Exit", {}))
+    good = response_server.attach(make_event("Create", "Custom::Greeting", {"Name": "after"}))
+    queue = make_queue(name, visibility=2)
+    queue.send_message(Message(json.dumps(exiting)))
+    worker = start_worker(provider, name, concurrency=1, visibility_timeout=2, extend_every=0.5)
+    wait_until(lambda: worker.stats()["kept"] >= 1)  # the crashed message stays for redelivery
+    queue.send_message(Message(json.dumps(good)))
+    assert response_server.wait_for(good["RequestId"], timeout=5)["Status"] == "SUCCESS"
+    assert worker.stats()["lost"] == 0
+
+
 def test_disposition_rules() -> None:
     assert disposition(None, False)[0] is Action.DELETE
     assert disposition({"Status": "SUCCESS"}, True)[0] is Action.DELETE
