@@ -18,9 +18,10 @@ def register(subparsers: "argparse._SubParsersAction[Any]") -> None:
 
     serve = sub.add_parser("serve", help="run the reverse proxy (HTTP and TCP routes)")
     serve.add_argument("--host", default="127.0.0.1", help="HTTP listen address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=int(os.environ.get("CRHELPER_ROUTER_HTTP_PORT", "8080")),
-                       help="HTTP listen port (default $CRHELPER_ROUTER_HTTP_PORT or 8080)")
-    serve.add_argument("--https-port", type=int, default=int(os.environ.get("CRHELPER_ROUTER_HTTPS_PORT", "4433")),
+    # Env defaults are read when serving, so a bad variable cannot break every other command.
+    serve.add_argument("--port", type=int, default=None,
+                       help="HTTP listen port, 0 for any free one (default $CRHELPER_ROUTER_HTTP_PORT or 8080)")
+    serve.add_argument("--https-port", type=int, default=None,
                        help="HTTPS listen port, certificates chosen by SNI (default $CRHELPER_ROUTER_HTTPS_PORT or 4433)")
     serve.add_argument("--no-https", action="store_true", help="do not open the HTTPS listener")
     serve.add_argument("--tcp-host", default="127.0.0.1", help="listen address of TCP routes")
@@ -39,7 +40,7 @@ def register(subparsers: "argparse._SubParsersAction[Any]") -> None:
 
     events = sub.add_parser("events", help="list route events; --follow keeps printing new ones")
     events.add_argument("--follow", action="store_true")
-    events.add_argument("--count", type=int, default=20)
+    events.add_argument("--count", type=int, default=20, help="past events to print first (0: only new ones)")
     events.add_argument("--all-types", action="store_true", help="include app events")
     events.add_argument("--json", action="store_true")
     events.set_defaults(func=_events)
@@ -60,6 +61,20 @@ def _repo() -> Any:
     return RouteRepository(config.db_path, default_domain=config.default_domain)
 
 
+def _port(given: int | None, flag: str, env_name: str, default: int) -> int:
+    """The flag's value, else the environment variable, else the default; 0 means any port."""
+    if given is not None:
+        value, source = given, flag
+    else:
+        text = os.environ.get(env_name) or str(default)
+        if not text.isdigit():
+            raise ValueError(f"{env_name}: must be a port number 0-65535")
+        value, source = int(text), env_name
+    if not 0 <= value <= 65535:
+        raise ValueError(f"{source}: must be a port number 0-65535")
+    return value
+
+
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -67,14 +82,28 @@ def _serve(args: argparse.Namespace) -> int:
     from .registry import ServiceRegistry
     from .sticky import CookieSealer, load_key
 
-    router = Router(_repo(), ServiceRegistry(), CookieSealer(load_key()), host=args.host,
-                    http_port=args.port, tcp_host=args.tcp_host, poll_interval=args.poll,
-                    https_port=None if args.no_https else args.https_port)
-    print(f"router: http://{args.host}:{args.port} (Ctrl-C to stop)", file=sys.stderr)
     try:
-        asyncio.run(serve_forever(router))
+        http_port = _port(args.port, "--port", "CRHELPER_ROUTER_HTTP_PORT", 8080)
+        https_port = None if args.no_https else _port(args.https_port, "--https-port", "CRHELPER_ROUTER_HTTPS_PORT", 4433)
+        sealer = CookieSealer(load_key())
+    except ValueError as exc:
+        print(f"router serve: {exc}", file=sys.stderr)
+        return 2
+    router = Router(_repo(), ServiceRegistry(), sealer, host=args.host, http_port=http_port,
+                    tcp_host=args.tcp_host, poll_interval=args.poll, https_port=https_port)
+
+    def ready() -> None:
+        tls = f", https://{args.host}:{router.https_port}" if router.https_port is not None else ""
+        print(f"router: http://{args.host}:{router.http_port}{tls} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+
+    try:
+        asyncio.run(serve_forever(router, on_ready=ready))
     except KeyboardInterrupt:
         pass
+    except OSError as exc:  # the listen address is taken or not ours
+        wanted = f"{args.host}:{http_port}" + (f" / {https_port}" if https_port is not None else "")
+        print(f"router serve: cannot listen on {wanted}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -87,7 +116,11 @@ def _controller(args: argparse.Namespace) -> int:
     if not keys:
         print("router controller: set CRHELPER_FLYNN_KEY (comma-separated keys)", file=sys.stderr)
         return 2
-    web.run_app(Controller(_repo(), keys).app(), host=args.host, port=args.port, print=None)
+    try:
+        web.run_app(Controller(_repo(), keys).app(), host=args.host, port=args.port, print=None)
+    except OSError as exc:  # the listen address is taken or not ours
+        print(f"router controller: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -113,19 +146,38 @@ def _routes(args: argparse.Namespace) -> int:
 def _events(args: argparse.Namespace) -> int:
     from .events import ROUTE_EVENT_TYPES, event_json, follow, format_event
 
+    if args.count < 0:
+        print("router events: --count must be 0 or more", file=sys.stderr)
+        return 2
     repo = _repo()
     types = () if args.all_types else ROUTE_EVENT_TYPES
-    past = list(reversed(repo.list_events(object_types=types, count=args.count)))
+    latest = repo.list_events(object_types=types, count=1)
+    # count=None would mean "no limit" to the store, so --count 0 is handled here: nothing past.
+    past = list(reversed(repo.list_events(object_types=types, count=args.count))) if args.count else []
     show = event_json if args.json else format_event
     for event in past:
         print(show(event), flush=True)
     if args.follow:
         try:
-            for event in follow(repo, object_types=types, since_id=past[-1].id if past else 0):
+            for event in follow(repo, object_types=types, since_id=latest[0].id if latest else 0,
+                                should_stop=_stdout_gone):
                 print(show(event), flush=True)
         except KeyboardInterrupt:
             pass
     return 0
+
+
+def _stdout_gone() -> bool:
+    """True once the reader of a piped stdout has exited (``... --follow | head -1``), so a quiet
+    follower ends instead of waiting for an event it would fail to write."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)  # POLLERR/POLLHUP are always reported
+        return any(mask & (select.POLLERR | select.POLLHUP) for _, mask in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _services(args: argparse.Namespace) -> int:
@@ -140,7 +192,11 @@ def _services(args: argparse.Namespace) -> int:
         print(f"router services {args.action}: SERVICE and ADDR (host:port) are required", file=sys.stderr)
         return 2
     if args.action == "register":
-        registry.register(args.service, args.addr, leader=args.leader)
+        try:
+            registry.register(args.service, args.addr, leader=args.leader)
+        except ValueError as exc:
+            print(f"router services register: {exc}", file=sys.stderr)
+            return 2
     else:
         registry.unregister(args.service, args.addr)
     return 0

@@ -213,7 +213,7 @@ class Controller:
             latest = await self._call(self.repo.list_events, count=1)
             since = latest[0].id if latest else 0
         filters = {**filters, "since_id": since, "count": None, "before_id": None}
-        while not self._closing:
+        while not self._closing and not _client_gone(request):
             events = await self._call(self.repo.list_events, ascending=True, **filters)
             for event in events:
                 frame = f"id: {event.id}\ndata: {json.dumps(event.to_json())}\n\n"
@@ -221,6 +221,12 @@ class Controller:
                 filters["since_id"] = event.id
             await asyncio.sleep(0.2)
         return response
+
+
+def _client_gone(request: web.Request) -> bool:
+    """aiohttp does not cancel a handler when its client leaves; a quiet stream must notice."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
 class ControllerThread:

@@ -84,9 +84,16 @@ class FlynnClient:
         return Route.from_json(self._request("GET", path, hint=f"Route: no {route_type}/{route_id} in app {app}"))
 
     def update_route(self, app: str, route_type: str, route_id: str, route: Route) -> Route:
+        """Flynn's PUT writes ``parent_ref`` and ``port`` exactly as sent and checks no ownership,
+        so read the stored route first (a bare 404 if it is not this app's) and keep its
+        ``parent_ref``, and its port when a TCP update names none (it was auto-assigned)."""
+        stored = self.get_route(app, route_type, route_id)
+        body = route.copy(parent_ref=stored.parent_ref)
+        if route_type == "tcp" and not route.port:
+            body = body.copy(port=stored.port)
         path = f"/apps/{self._seg(app)}/routes/{self._seg(route_type)}/{self._seg(route_id)}"
         hint = f"Route: no {route_type}/{route_id} in app {app}, or its Domain changed"
-        return Route.from_json(self._request("PUT", path, route.to_json(), hint=hint))
+        return Route.from_json(self._request("PUT", path, body.to_json(), hint=hint))
 
     def delete_route(self, app: str, route_type: str, route_id: str) -> None:
         path = f"/apps/{self._seg(app)}/routes/{self._seg(route_type)}/{self._seg(route_id)}"

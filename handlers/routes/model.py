@@ -47,13 +47,9 @@ def _go_bool(value: Any, name: str) -> bool:
 def _go_int32(value: Any, name: str) -> int:
     if value is None:
         return 0
-    if isinstance(value, bool):
-        raise DecodeError(f"{name}: expected a JSON integer")
-    if isinstance(value, float):
-        if not value.is_integer():
-            raise DecodeError(f"{name}: expected a JSON integer")
-        value = int(value)
-    if not isinstance(value, int):
+    # A float here came from a JSON number with a fraction or exponent (``3001.0``, ``3e3``),
+    # which Go's strconv.ParseInt refuses for an int32 field.
+    if isinstance(value, bool) or not isinstance(value, int):
         raise DecodeError(f"{name}: expected a JSON integer")
     if not INT32_MIN <= value <= INT32_MAX:
         raise DecodeError(f"{name}: integer out of int32 range")

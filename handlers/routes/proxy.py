@@ -16,10 +16,11 @@ import tempfile
 import threading
 import time
 import uuid
-from typing import Any
+from typing import Any, Callable
 
-from aiohttp import ClientConnectorError, ClientSession, ClientTimeout, DummyCookieJar, TCPConnector, web
-from multidict import CIMultiDict
+from aiohttp import (ClientConnectorError, ClientError, ClientSession, ClientTimeout, ConnectionTimeoutError,
+                     DummyCookieJar, TCPConnector, web)
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from .matching import Backend, RouteTable, candidates, choose_backends
 from .model import TCP, Route
@@ -36,7 +37,11 @@ HOP_BY_HOP = frozenset(
 REQUEST_ID_RE = re.compile(r"^[a-zA-Z0-9+/=-]{20,200}$")
 MAX_ATTEMPTS = 4
 DIAL_TIMEOUT = 1.0
-MAX_BODY = 64 * 1024 * 1024
+#: Flynn's ``ResponseHeaderTimeout`` (120 s): how long a backend may stay silent once the request
+#: is written, for its headers and, here, between body chunks too (a stuck backend frees the slot).
+RESPONSE_TIMEOUT = 120.0
+#: On stop, in-flight requests get this long to finish before their connections are closed.
+SHUTDOWN_GRACE = 1.0
 
 
 class Router:
@@ -53,10 +58,12 @@ class Router:
         tcp_host: str = "127.0.0.1",
         poll_interval: float = 0.2,
         https_port: int | None = None,
+        response_timeout: float = RESPONSE_TIMEOUT,
     ) -> None:
         self.repo, self.registry, self.sealer = repo, registry, sealer
         self.host, self.http_port, self.tcp_host = host, http_port, tcp_host
         self.https_port = https_port
+        self.response_timeout = response_timeout
         self._tls_contexts: dict[str, ssl.SSLContext] = {}
         self.poll_interval = poll_interval
         self.table = RouteTable([])
@@ -65,6 +72,7 @@ class Router:
         self.tcp_routes: dict[int, Route] = {}
         self._tcp_servers: dict[int, asyncio.base_events.Server] = {}
         self._version = -1
+        self._tcp_tasks: set[asyncio.Task[Any]] = set()
         self._runner: web.AppRunner | None = None
         self._poller: asyncio.Task[None] | None = None
         self._session: ClientSession | None = None
@@ -73,15 +81,15 @@ class Router:
     # --- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        timeout = ClientTimeout(total=None, sock_connect=DIAL_TIMEOUT)
+        timeout = ClientTimeout(total=None, sock_connect=DIAL_TIMEOUT, sock_read=self.response_timeout)
         self._session = ClientSession(connector=TCPConnector(limit=0), timeout=timeout,
                                       auto_decompress=False, cookie_jar=DummyCookieJar())
         self._no_keepalive = ClientSession(connector=TCPConnector(limit=0, force_close=True), timeout=timeout,
                                            auto_decompress=False, cookie_jar=DummyCookieJar())
         await self.refresh()
-        app = web.Application(client_max_size=MAX_BODY)
+        app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self.handle_http)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE)
         await self._runner.setup()
         self.http_port = await self._listen(self.http_port, None)
         if self.https_port is not None:
@@ -147,6 +155,9 @@ class Router:
         for server in self._tcp_servers.values():
             await server.wait_closed()
         self._tcp_servers.clear()
+        for task in list(self._tcp_tasks):
+            task.cancel()
+        await asyncio.gather(*self._tcp_tasks, return_exceptions=True)
         if self._runner is not None:
             await self._runner.cleanup()
         for session in (self._session, self._no_keepalive):
@@ -206,19 +217,24 @@ class Router:
         order = choose_backends(backends, sticky, self.inflight)[:MAX_ATTEMPTS]
         if not order:
             return web.Response(status=503, text="Service Unavailable\n")
-        body = await request.read()
         headers = self._forward_headers(request, start_ms)
         session = self._no_keepalive if route.disable_keep_alives else self._session
         assert session is not None
         for backend in order:
             self.inflight[backend.addr] = self.inflight.get(backend.addr, 0) + 1
             try:
+                # The body streams (no size cap, no buffering); a failed dial has not read it yet,
+                # so the next backend still gets all of it.
                 upstream = await session.request(
                     request.method, f"http://{backend.addr}{request.rel_url}", headers=headers,
-                    data=body or None, allow_redirects=False)
-            except (ClientConnectorError, asyncio.TimeoutError):
+                    data=request.content if request.body_exists else None, allow_redirects=False)
+            except (ClientConnectorError, ConnectionTimeoutError):
                 self.inflight[backend.addr] -= 1
-                continue
+                continue  # only dial errors are retried, as in Flynn
+            except (ClientError, asyncio.TimeoutError, OSError) as exc:
+                self.inflight[backend.addr] -= 1
+                log.warning("proxy error for route %s: %s", route.formatted_id, type(exc).__name__)
+                return web.Response(status=503, text="Service Unavailable\n")
             try:
                 return await self._relay(request, upstream, route, backend, sticky)
             finally:
@@ -228,12 +244,15 @@ class Router:
 
     @staticmethod
     def _forward_headers(request: web.Request, start_ms: int) -> "CIMultiDict[str]":
-        """End-to-end headers plus Flynn's X-Forwarded-*, X-Request-Start and X-Request-Id."""
-        headers: CIMultiDict[str] = CIMultiDict(
-            (k, v) for k, v in request.headers.items()
-            if k.lower() not in HOP_BY_HOP and k.lower() != "content-length")
+        """End-to-end headers plus Flynn's X-Forwarded-*, X-Request-Start and X-Request-Id.
+
+        Content-Length stays (the body streams as sent); chunked bodies are re-chunked."""
+        # ``Expect`` too: the listener already answered ``100 Continue``; forwarding it would make
+        # the client wait for a second 100 that HTTP/1.0 backends never send.
+        hop = _hop_by_hop(request.headers) | {"expect"}
+        headers: CIMultiDict[str] = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in hop)
         peer = request.remote or ""
-        prior = headers.get("X-Forwarded-For")
+        prior = ", ".join(headers.getall("X-Forwarded-For", []))  # several headers fold into one, as in Go
         headers["X-Forwarded-For"] = f"{prior}, {peer}" if prior else peer
         headers["X-Forwarded-Proto"] = request.scheme
         sock = request.transport.get_extra_info("sockname") if request.transport else None
@@ -247,8 +266,9 @@ class Router:
     async def _relay(self, request: web.Request, upstream: Any, route: Route, backend: Backend,
                      sticky: str | None) -> web.StreamResponse:
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+        hop = _hop_by_hop(upstream.headers)
         for key, value in upstream.headers.items():
-            if key.lower() not in HOP_BY_HOP:
+            if key.lower() not in hop:
                 response.headers.add(key, value)
         if route.sticky and backend.addr != sticky:
             response.headers.add("Set-Cookie", f"{COOKIE_NAME}={self.sealer.seal(backend.addr)}; Path=/")
@@ -261,21 +281,40 @@ class Router:
     # --- TCP ---------------------------------------------------------------------------------
 
     async def handle_tcp(self, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        route = self.tcp_routes.get(port)
-        order = choose_backends(self._backends_for(route), None, self.inflight)[:MAX_ATTEMPTS] if route else []
-        for backend in order:
-            host, _, bport = backend.addr.rpartition(":")
-            try:
-                up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(host, int(bport)), DIAL_TIMEOUT)
-            except (OSError, asyncio.TimeoutError, ValueError):
-                continue
-            self.inflight[backend.addr] = self.inflight.get(backend.addr, 0) + 1
-            try:
-                await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
-            finally:
-                self.inflight[backend.addr] -= 1
-            return
-        writer.close()
+        """Join the client to the first backend that answers; both sockets are closed at the end,
+        and :meth:`stop` cancels open connections so none outlive the router."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._tcp_tasks.add(task)
+        up_writer: asyncio.StreamWriter | None = None
+        try:
+            route = self.tcp_routes.get(port)
+            order = choose_backends(self._backends_for(route), None, self.inflight)[:MAX_ATTEMPTS] if route else []
+            for backend in order:
+                host, _, bport = backend.addr.rpartition(":")
+                try:
+                    up_reader, up_writer = await asyncio.wait_for(
+                        asyncio.open_connection(host, int(bport)), DIAL_TIMEOUT)
+                except (OSError, asyncio.TimeoutError, ValueError):
+                    continue
+                self.inflight[backend.addr] = self.inflight.get(backend.addr, 0) + 1
+                try:
+                    await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+                finally:
+                    self.inflight[backend.addr] -= 1
+                return
+        finally:
+            if task is not None:
+                self._tcp_tasks.discard(task)
+            for stream in (writer, up_writer):
+                if stream is not None:
+                    stream.close()
+
+
+def _hop_by_hop(headers: "CIMultiDictProxy[str] | CIMultiDict[str]") -> frozenset[str]:
+    """RFC 7230 §6.1: the fixed hop-by-hop names plus every name listed in ``Connection``."""
+    listed = {token.strip().lower() for value in headers.getall("Connection", []) for token in value.split(",")}
+    return HOP_BY_HOP | {name for name in listed if name}
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -329,10 +368,13 @@ class RouterThread:
         self.stop()
 
 
-async def serve_forever(router: Router) -> None:
-    """CLI entry: start and wait until cancelled (Ctrl-C)."""
-    await router.start()
+async def serve_forever(router: Router, on_ready: Callable[[], None] | None = None) -> None:
+    """CLI entry: start and wait until cancelled (Ctrl-C). A failed start (port in use) still
+    closes whatever was opened, then raises the ``OSError``."""
     try:
+        await router.start()
+        if on_ready is not None:
+            on_ready()
         await asyncio.Event().wait()
     finally:
         await router.stop()

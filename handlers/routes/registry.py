@@ -45,6 +45,13 @@ def parse_registry(raw: Any) -> dict[str, list[Backend]]:
     return out
 
 
+def check_addr(service: str, addr: str) -> None:
+    """A backend is dialled as ``host:port``; refuse anything else before the router meets it."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"services[{service!r}]: backend address must be host:port with a port 1-65535")
+
+
 class ServiceRegistry:
     """Read and edit the registry file; writes are locked and atomic so readers never see halves."""
 
@@ -91,6 +98,7 @@ class ServiceRegistry:
 
     def register(self, service: str, addr: str, *, leader: bool = False) -> None:
         """Add (or re-flag) one instance; a new leader clears the flag on the others."""
+        check_addr(service, addr)
         with self._locked() as raw:
             entries = [_parse_entry(service, e) for e in raw.get(service, [])]
             entries = [b for b in entries if b.addr != addr]

@@ -177,10 +177,15 @@ class RouteRepository:
         return app
 
     def delete_app(self, ref: str) -> App:
-        """Remove an app's routes (sub-paths before ``/``) and then the app, with their events."""
+        """Remove an app's routes (sub-paths before ``/``) and then the app, with their events.
+
+        The ``/`` guard still holds for other apps' sub-paths on the same domain: the app stays."""
         with self._tx() as conn:
             app = self._find_app(conn, ref)
             routes = self._live_routes(conn, app_id=app.id)
+            foreign = [r for r in self._live_routes(conn) if r.app_id != app.id]
+            for route in routes:
+                V.check_delete(route, foreign)
             for route in sorted(routes, key=lambda r: r.path == "/"):
                 self._soft_delete(conn, route)
             conn.execute("UPDATE apps SET deleted_at = ? WHERE id = ?", (now_rfc3339(), app.id))

@@ -116,3 +116,19 @@ def test_sticky_cookie_sealing(home: Path, monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("CRHELPER_ROUTER_COOKIE_KEY", base64.b64encode(b"short").decode())
     with pytest.raises(ValueError, match="32 bytes"):
         load_key()
+
+
+def test_events_count_zero_prints_no_past_events(repo: RouteRepository, capsys: pytest.CaptureFixture[str]) -> None:
+    repo.create_app("z")
+    repo.create_route("z", Route(type="tcp", service="s"))
+    assert run(["router", "events", "--count", "0"]) == 0
+    assert capsys.readouterr().out == ""
+    assert run(["router", "events", "--count", "-1"]) == 2
+    assert "--count" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("addr", ["8080", "127.0.0.1", ":8080", "127.0.0.1:http", "127.0.0.1:70000"])
+def test_services_register_refuses_a_bad_address(home: Path, capsys: pytest.CaptureFixture[str], addr: str) -> None:
+    assert run(["router", "services", "register", "web", addr]) == 2
+    assert "host:port" in capsys.readouterr().err
+    assert ServiceRegistry().backends("web") == []
