@@ -146,7 +146,7 @@ def dispatch(registry: Registry, request: Request, default_type: str | None) -> 
             old = validate(model, request.old_properties or {}, "OldResourceProperties")
             secrets += secret_values(old)
         returned = _call(registration, request, props, old)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() in a handler must not end the worker without an answer
         if not isinstance(exc, Failure):
             _log_exception(exc, secrets)
         return failed_for(request, exception_reason(exc), secrets)

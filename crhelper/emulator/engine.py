@@ -74,7 +74,7 @@ class Engine:
         """CREATE_COMPLETE, or CREATE_FAILED / CREATE_ROLLBACK_COMPLETE / CREATE_ROLLBACK_FAILED."""
         self._secrets = secret_values(record.parameters, record.no_echo)
         self._stack_status(record, "CREATE_IN_PROGRESS", "")
-        actions, reason = self._deploy(record, plan)
+        actions, reason, _ = self._deploy(record, plan)
         if reason is None:
             self._stack_status(record, "CREATE_COMPLETE", "")
             return
@@ -98,7 +98,7 @@ class Engine:
         record.no_echo = plan.no_echo
         self._secrets = secret_values({**before[1], **record.parameters}, set(before[2]) | set(record.no_echo))
         self._stack_status(record, "UPDATE_IN_PROGRESS", "")
-        actions, reason = self._deploy(record, plan)
+        actions, reason, attempted = self._deploy(record, plan)
         if reason is None:
             problem = self._delete_removed(record, plan)
             self._stack_status(record, "UPDATE_FAILED" if problem else "UPDATE_COMPLETE", problem)
@@ -107,7 +107,7 @@ class Engine:
             self._stack_status(record, "UPDATE_FAILED", reason)
             return
         self._stack_status(record, "ROLLBACK_IN_PROGRESS", reason)
-        failed = self._rollback_update(record, plan, actions, previous)
+        failed = self._rollback_update(record, plan, actions, previous, attempted)
         record.template_text, record.parameters, record.no_echo, record.outputs = before
         if failed:
             self._stack_status(record, "ROLLBACK_FAILED", failed)
@@ -124,16 +124,28 @@ class Engine:
         return problem
 
     def _rollback_update(
-        self, record: StackRecord, plan: Plan, actions: dict[str, str], previous: dict[str, ResourceRecord]
+        self,
+        record: StackRecord,
+        plan: Plan,
+        actions: dict[str, str],
+        previous: dict[str, ResourceRecord],
+        attempted: dict[str, dict[str, Any]],
     ) -> str:
-        """Send the old properties back to what the update changed, then delete what it created.
+        """Send the old properties back to what the update changed or tried to, then delete what it created.
 
         Like ROS's ROLLBACK_IN_PROGRESS: restores run in the old template's dependency order (a
         resource reading another's attributes is restored after it), then the resources the update
         added are deleted, dependents first.
         """
-        restore = {n: UPDATE for n, a in actions.items() if a == UPDATE and record.resources[n].status == "UPDATE_COMPLETE"}
+        # The resource whose Update failed is restored too: its provider may have changed it part way.
+        restore = {
+            n: UPDATE for n, a in actions.items()
+            if a == UPDATE and record.resources[n].status in ("UPDATE_COMPLETE", "UPDATE_FAILED")
+        }
         remove = {n: DELETE for n, a in actions.items() if a == CREATE}
+        for node, properties in attempted.items():
+            # Its rollback Update says what it is being rolled back from: the properties it was sent.
+            record.resources[node].properties = properties
         old_graph = DependencyGraph({n: r.depends_on for n, r in previous.items()})
         problems = [self._revert(record, restore, old_graph, previous, forward=True)]
         problems.append(self._revert(record, remove, plan.graph, previous))
@@ -160,11 +172,15 @@ class Engine:
 
     # ------------------------------------------------------------------ create / update
 
-    def _deploy(self, record: StackRecord, plan: Plan) -> tuple[dict[str, str], str | None]:
-        """Create added and Update changed resources in order; returns (actions, failure reason)."""
+    def _deploy(
+        self, record: StackRecord, plan: Plan
+    ) -> tuple[dict[str, str], str | None, dict[str, dict[str, Any]]]:
+        """Create added and Update changed resources in order; returns (actions, failure reason, the
+        properties each failed Update tried to apply)."""
         context = _context(record)
         actions: dict[str, str] = {}
         pending: dict[str, tuple[str, float, dict[str, Any]]] = {}
+        attempted: dict[str, dict[str, Any]] = {}
 
         def lookup(name: str) -> tuple[str | None, dict[str, Any]] | None:
             resource = record.resources.get(name)
@@ -210,6 +226,8 @@ class Engine:
             resource = record.resources[node]
             if not outcome.ok:
                 status = "CREATE_FAILED" if action == CREATE else "UPDATE_FAILED"
+                if action == UPDATE and node in pending:
+                    attempted[node] = pending[node][2]
                 self._resource_status(record, resource, status, outcome.reason)
                 return False
             if action == CREATE:
@@ -225,13 +243,13 @@ class Engine:
 
         result = self._runner.run(plan.graph, launch, finish, stop_on_failure=True)
         if not result.ok:
-            return actions, self._failure_summary(record, result.failed)
+            return actions, self._failure_summary(record, result.failed), attempted
         try:
             record.outputs = self._outputs(record, plan, lookup)
         except ResolutionError as exc:
-            return actions, f"Outputs could not be resolved: {mask(str(exc), self._secrets)}"
+            return actions, f"Outputs could not be resolved: {mask(str(exc), self._secrets)}", attempted
         self._save(record)
-        return actions, None
+        return actions, None, attempted
 
     def _outputs(self, record: StackRecord, plan: Plan, lookup: Any) -> dict[str, dict[str, Any]]:
         outputs = {}

@@ -275,3 +275,12 @@ def test_rollback_delete_after_an_unknown_type_create_succeeds(response_server):
     deleted = run(provider, response_server,
                   make_event("Delete", "Custom::Typo", {"Name": "x"}, physical_resource_id=failed["PhysicalResourceId"]))
     assert deleted["Status"] == "SUCCESS"
+
+
+def test_sys_exit_in_a_handler_is_answered_failed(response_server):
+    import sys
+
+    provider = Provider()
+    provider.create("Custom::Exit")(lambda props, request: sys.exit(3))
+    body = run(provider, response_server, make_event("Create", "Custom::Exit"))
+    assert body["Status"] == "FAILED" and body["Reason"] == "SystemExit: 3"

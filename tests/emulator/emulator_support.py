@@ -20,6 +20,8 @@ class Behaviour:
     hang: bool = False
     response: dict[str, Any] | None = None
     data: dict[str, Any] | None = None
+    #: Apply this rule only to requests whose ResourceProperties equal this (e.g. only the new ones).
+    only_for: dict[str, Any] | None = None
 
 
 @dataclass
@@ -43,6 +45,8 @@ class Provider:
             self.counter += 1
             number = self.counter
         rule = self.behaviours.get((request["LogicalResourceId"], request["RequestType"]), Behaviour())
+        if rule.only_for is not None and request["ResourceProperties"] != rule.only_for:
+            rule = Behaviour()
         if rule.hang:
             self.release.wait(30)
         if rule.sleep:

@@ -254,7 +254,7 @@ def test_update_failure_rolls_back_with_old_properties(
     create(emulator, provider, chain(), events)
     before = emulator.describe("s")
     provider.requests.clear()
-    provider.on("B", "Update", fail="cannot resize")
+    provider.on("B", "Update", fail="cannot resize", only_for={"From": "a2"})
     doc = updated_chain()
     doc["Resources"]["F"] = {**custom(), "DependsOn": "A"}
     described = emulator.update("s", as_text(doc), {}, provider, on_event=events.append)
@@ -264,7 +264,12 @@ def test_update_failure_rolls_back_with_old_properties(
     assert rollback_a["ResourceProperties"] == {"V": "a"}
     assert rollback_a["OldResourceProperties"] == {"V": "a2"}
     assert provider.sent().count(("Update", "A")) == 2
-    assert provider.sent().count(("Update", "B")) == 1
+    # B's own Update failed, and it too gets the old properties back (its provider may have half-applied them).
+    assert provider.sent().count(("Update", "B")) == 2
+    rollback_b = provider.last("B", "Update")
+    assert rollback_b["ResourceProperties"] == {"From": "a"} and rollback_b["OldResourceProperties"] == {"From": "a2"}
+    assert provider.sent().index(("Update", "B"), provider.sent().index(("Update", "B")) + 1) > [
+        i for i, r in enumerate(provider.sent()) if r == ("Update", "A")][-1]  # restored after A, which it reads
     assert ("Delete", "D") not in provider.sent()
     created = {lid for kind, lid in provider.sent() if kind == "Create"}
     assert {lid for kind, lid in provider.sent() if kind == "Delete"} == created
@@ -276,6 +281,16 @@ def test_update_failure_rolls_back_with_old_properties(
     provider.requests.clear()
     assert emulator.update("s", as_text(updated_chain()), {}, provider).status == "UPDATE_COMPLETE"
     assert provider.last("A", "Update")["OldResourceProperties"] == {"V": "a"}
+
+
+def test_failed_rollback_update_of_the_failed_resource_is_rollback_failed(
+    emulator: StackEmulator, provider: Provider, events: list[StackEvent]
+) -> None:
+    create(emulator, provider, chain(), events)
+    provider.on("B", "Update", fail="cannot resize")  # fails the rollback Update as well
+    described = emulator.update("s", as_text(updated_chain()), {}, provider, on_event=events.append)
+    assert described.status == "ROLLBACK_FAILED"
+    assert "B" in described.status_reason
 
 
 def test_update_failure_without_rollback(emulator: StackEmulator, provider: Provider, events: list[StackEvent]) -> None:
@@ -433,7 +448,7 @@ def test_update_data_is_kept_when_the_provider_omits_it(
     a_id = resource(emulator, "s", "A").physical_id
     provider.on("A", "Update", response={"Status": "SUCCESS", "PhysicalResourceId": a_id})
     assert emulator.update("s", None, {"P": "2"}, provider).output_values() == {"V": "1"}
-    provider.on("A", "Update", response={"Status": "SUCCESS", "PhysicalResourceId": "other"})
+    provider.on("A", "Update", response={"Status": "SUCCESS", "PhysicalResourceId": "other"}, only_for={"V": "3"})
     described = emulator.update("s", None, {"P": "3"}, provider)
     assert described.status == "ROLLBACK_COMPLETE"
     assert described.status_reason == (
