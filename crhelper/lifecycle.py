@@ -17,7 +17,8 @@ from .reentry import Reentry
 from .registry import Registry
 from .request import Request, parse_request
 from .response import InProgress, fit_to_limit
-from .store import ClaimStatus, Continuation, IdempotencyKey, Store, new_continuation_id
+from .store import ClaimStatus, Continuation, IdempotencyKey, RecordState, Store, new_continuation_id
+from .store.base import FINISHED_ATTEMPT
 
 _log = get_logger("lifecycle")
 
@@ -59,7 +60,7 @@ class Lifecycle:
         if claim.status is ClaimStatus.IN_FLIGHT:
             owner = claim.record.owner
             continuation = self.store.get_continuation(owner)
-            if continuation is not None and self._due(continuation):
+            if continuation is not None and self._due(continuation, self.clock()):
                 _log.warning("duplicate found a stalled operation: resuming it")
                 resumed = self.resume(owner, run, reentry)
                 return resumed[1] if resumed else None
@@ -78,6 +79,21 @@ class Lifecycle:
             _log.info("re-entry for an operation that has already finished: ignored")
             return None
         now = self.clock()
+        request = dataclasses.replace(
+            parse_request(continuation.request),
+            state=continuation.state,
+            attempt=max(continuation.attempt, 0),
+            started_at=continuation.started_at,
+        )
+        key = IdempotencyKey(request.stack_id, request.request_id, request.logical_resource_id)
+        record = self.store.get(key)
+        if record is None or record.owner != operation_id:
+            # Expired, or taken over by a later delivery that now runs (and answers) the request.
+            _log.warning("continuation no longer owns its request: dropped without running")
+            self.store.delete_continuation(operation_id)
+            return None
+        if record.state is RecordState.COMPLETED:
+            return self._finished(continuation, request, record.response or {}, now)
         if not self._due(continuation, now):
             _log.info("re-entry before the operation is due or while a step holds it: ignored")
             return None
@@ -86,19 +102,29 @@ class Lifecycle:
             _log.info("another process took this step: ignored")
             return None
         held = dataclasses.replace(held, version=continuation.version + 1)
-        request = dataclasses.replace(
-            parse_request(continuation.request),
-            state=continuation.state,
-            attempt=continuation.attempt,
-            started_at=continuation.started_at,
-        )
-        key = IdempotencyKey(request.stack_id, request.request_id, request.logical_resource_id)
         with request_context(request.log_fields()):
             if now >= continuation.deadline:
-                body = self._timed_out(operation_id, key, request, continuation)
+                body = self._timed_out(operation_id, key, request, held)
             else:
                 body = self._step(operation_id, key, request, continuation.request, held, run, reentry)
         return (request, body) if body is not None else None
+
+    def _finished(
+        self, continuation: Continuation, request: Request, body: dict[str, Any], now: float
+    ) -> tuple[Request, dict[str, Any]] | None:
+        """A re-entry after completion re-sends the stored answer (its first send may have been lost);
+        the marker itself is removed once it is due, i.e. when duplicates are no longer expected."""
+        if continuation.finished and now >= continuation.next_run_at:
+            self.store.delete_continuation(continuation.id)
+            return None
+        if not continuation.finished and not self._mark_finished(continuation, continuation.version):
+            return None  # another process is re-sending it
+        _log.info("re-entry of a completed operation: re-sending the stored response")
+        return request, body
+
+    def _mark_finished(self, continuation: Continuation, version: int) -> bool:
+        marker = dataclasses.replace(continuation, attempt=FINISHED_ATTEMPT, next_run_at=self.clock() + self.record_ttl)
+        return self.store.update_continuation(marker, version)
 
     def recover(self, run: Step, reentry: Reentry | None, limit: int = 50) -> list[tuple[Request, dict[str, Any]]]:
         """Resume operations whose process died (their step lease ran out); returns bodies to send."""
@@ -111,8 +137,8 @@ class Lifecycle:
 
     # internals -----------------------------------------------------------------------------
     @staticmethod
-    def _due(continuation: Continuation, now: float | None = None) -> bool:
-        return continuation.next_run_at <= (time.time() if now is None else now) + EARLY_TOLERANCE
+    def _due(continuation: Continuation, now: float) -> bool:
+        return continuation.next_run_at <= now + EARLY_TOLERANCE
 
     def _deadline_for(self, request: Request) -> float:
         try:
@@ -133,13 +159,13 @@ class Lifecycle:
     ) -> dict[str, Any] | None:
         outcome = run(request)
         if not isinstance(outcome, InProgress):
-            return self._finish(operation_id, key, held is not None, body=outcome)
+            return self._finish(operation_id, key, held, body=outcome)
         unavailable = (
             getattr(reentry, "unavailable_reason", None) if reentry is not None
             else "this delivery path cannot call it again later (use an asynchronous ServiceToken, or set CRHELPER_REENTRY)"
         )
         if reentry is None or unavailable:
-            return self._finish(operation_id, key, held is not None,
+            return self._finish(operation_id, key, held,
                                 body=failed_for(request, f"the handler returned InProgress, but {unavailable}"))
         started = request.started_at if request.started_at is not None else self.clock()
         deadline = started + self._deadline_for(request)
@@ -165,7 +191,8 @@ class Lifecycle:
         _log.info("operation in progress", extra={"fields": {"attempt": continuation.attempt, "delay": delay, "via": reentry.name}})
         return None
 
-    def _timed_out(self, operation_id: str, key: IdempotencyKey, request: Request, continuation: Continuation) -> dict[str, Any] | None:
+    def _timed_out(self, operation_id: str, key: IdempotencyKey, request: Request, held: Continuation) -> dict[str, Any] | None:
+        continuation = held
         seconds = continuation.deadline - continuation.started_at
         try:
             resource_type = self.registry.resolve_type(request.resource_type, self.default_type)
@@ -174,20 +201,22 @@ class Lifecycle:
                 hook(request)
         except Exception as exc:
             _log.error("on_timeout hook failed", extra={"fields": {"error": exception_reason(exc)}})
-        return self._finish(operation_id, key, True, body=failed_for(
+        return self._finish(operation_id, key, held, body=failed_for(
             request,
             f"did not complete within {seconds:.0f} s (the deadline for {request.resource_type}); "
             f"{continuation.attempt} call(s) made",
         ))
 
     def _finish(
-        self, operation_id: str, key: IdempotencyKey, had_continuation: bool, body: dict[str, Any]
+        self, operation_id: str, key: IdempotencyKey, held: Continuation | None, body: dict[str, Any]
     ) -> dict[str, Any] | None:
         body = fit_to_limit(body)
         completed = self.store.complete(key, operation_id, body)
-        if had_continuation:
-            self.store.delete_continuation(operation_id)
         if not completed:
+            if held is not None:
+                self.store.delete_continuation(operation_id)
             _log.warning("the request was taken over by another process: its answer stands, this one is dropped")
             return None
+        if held is not None:  # kept as a marker: a redelivered re-entry must find the answer again
+            self._mark_finished(held, held.version)
         return body

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from .config import Settings
 from .logs import get_logger
-from .runtime import Services, guarded_runner, send_resumed
+from .runtime import Services, function_timeout, guarded_runner, send_resumed
 
 if TYPE_CHECKING:
     from .lifecycle import Lifecycle
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 FC_INSTANCE_STORE = "sqlite://:memory:"
 DEFAULT_LOCAL_STEP_LEASE = 60.0
 RECOVERY_INTERVAL = 60.0
+#: Added to the function timeout when it sets the step lease: covers clock skew between instances.
+FC_LEASE_SLACK = 5.0
 
 _log = get_logger("services")
 
@@ -128,6 +130,12 @@ class ProviderServices:
         lifecycle = self.lifecycle(settings)
         if lifecycle is None:
             return Services()
+        timeout = function_timeout(context)
+        if timeout:
+            # A step may legally run until the function timeout; a shorter lease would let a
+            # duplicate or a recovery on another instance run the same step at the same time.
+            with self._lock:
+                lifecycle.step_lease = max(lifecycle.step_lease, timeout + FC_LEASE_SLACK)
         return Services(lifecycle, reentry or self.reentry(settings, context, lifecycle))
 
     def recover(self, settings: Settings, reentry: "Reentry | None", limit: int) -> int:
@@ -155,8 +163,13 @@ class ProviderServices:
 
     def close(self) -> None:
         with self._lock:
-            if self._scheduler is not None:
-                self._scheduler.stop()
+            scheduler = self._scheduler
+        if scheduler is not None:
+            # Outside the lock: stop() waits for running jobs, and each job takes the lock on its way
+            # in (for_request). A job still starting reuses this scheduler; its timer just never fires.
+            scheduler.stop()
+        with self._lock:
+            if self._scheduler is scheduler:
                 self._scheduler = None
             if self._store is not None and not (self._provider._store is not None and not isinstance(self._provider._store, str)):
                 self._store.close()

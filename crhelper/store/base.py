@@ -176,6 +176,10 @@ def new_continuation_id() -> str:
     return secrets.token_urlsafe(24)
 
 
+#: `Continuation.attempt` of a finished operation's marker (real attempts count up from 0).
+FINISHED_ATTEMPT = -1
+
+
 @dataclass(frozen=True)
 class Continuation:
     """A long-running handler between polls; `version` guards against double advancement."""
@@ -191,6 +195,11 @@ class Continuation:
 
     def __post_init__(self) -> None:
         check_continuation_id(self.id)
+
+    @property
+    def finished(self) -> bool:
+        """A marker kept after the operation completed, so a redelivered re-entry can re-send the answer."""
+        return self.attempt == FINISHED_ATTEMPT
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form used by backends that store documents."""

@@ -84,12 +84,20 @@ def _held_by(current: IdempotencyRecord | None, owner: str, now: float) -> bool:
 def renewed(
     current: IdempotencyRecord | None, owner: str, now: float, lease_seconds: float
 ) -> IdempotencyRecord | None:
-    """The record with a fresh lease, or None when `owner` does not hold it."""
+    """The record with a fresh lease, or None when `owner` does not hold it.
+
+    The TTL is stretched to cover the lease: an operation longer than the TTL must not lose its
+    record mid-way (its completion would be refused and a duplicate would run it again).
+    """
     _check_positive("lease_seconds", lease_seconds)
     if current is None or not _held_by(current, owner, now):
         return None
+    lease_end = now + lease_seconds
     return dataclasses.replace(
-        current, lease_expires_at=now + lease_seconds, version=current.version + 1
+        current,
+        lease_expires_at=lease_end,
+        expires_at=max(current.expires_at, lease_end),
+        version=current.version + 1,
     )
 
 

@@ -99,6 +99,16 @@ def test_renew_keeps_others_out_past_the_first_lease(store: Store, clock) -> Non
     assert store.renew(KEY, "owner-b", 30) is False
 
 
+def test_renew_past_the_ttl_keeps_the_record_until_the_lease_ends(store: Store, clock) -> None:
+    # An operation longer than the record TTL (deadline 2 h, TTL 1 h) must still complete once.
+    store.claim(KEY, "owner-a", lease_seconds=30, ttl_seconds=3600)
+    assert store.renew(KEY, "owner-a", 7200) is True
+    clock.advance(5400)
+    assert store.claim(KEY, "owner-b").status is ClaimStatus.IN_FLIGHT
+    assert store.complete(KEY, "owner-a", {"Status": "SUCCESS"}) is True
+    assert store.claim(KEY, "owner-b").status is ClaimStatus.COMPLETED
+
+
 def test_expired_lease_is_taken_over_and_old_owner_is_fenced(store: Store, clock) -> None:
     store.claim(KEY, "owner-a", lease_seconds=30, response_urls=URLS)
     clock.advance(31)
