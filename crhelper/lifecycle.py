@@ -211,7 +211,12 @@ class Lifecycle:
         self, operation_id: str, key: IdempotencyKey, held: Continuation | None, body: dict[str, Any]
     ) -> dict[str, Any] | None:
         body = fit_to_limit(body)
-        completed = self.store.complete(key, operation_id, body)
+        try:
+            completed = self.store.complete(key, operation_id, body)
+        except Exception as exc:  # the work is done: its answer matters more than the record of it
+            _log.error("could not record the answer in the store; sending it anyway",
+                       extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
+            return body
         if not completed:
             if held is not None:
                 self.store.delete_continuation(operation_id)

@@ -55,11 +55,18 @@ class WireGate:
     #: When set, the next PUT is applied twice and the client sees the second answer: what a
     #: client sees when its first attempt landed but the response was lost and it retried.
     replay_next_put: bool = False
+    #: When set (e.g. "403 Forbidden"), every PUT is refused with that status and an S3 error body:
+    #: the store becoming unwritable mid-operation, as a revoked OSS policy would make it.
+    refuse_puts_with: str | None = None
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
         hook = self.before_put
         if hook is not None and environ["REQUEST_METHOD"] == "PUT":
             hook(environ.get("PATH_INFO", ""))
+        if self.refuse_puts_with and environ["REQUEST_METHOD"] == "PUT":
+            body = b"<Error><Code>AccessDenied</Code><Message>refused by the test</Message></Error>"
+            start_response(self.refuse_puts_with, [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))])
+            return [body]
         with self.lock:
             headers = {
                 k[5:].replace("_", "-").lower(): v

@@ -44,3 +44,24 @@ def test_polling_create_and_duplicates_on_each_backend(provider_on, response_ser
     assert calls == [0, 1, 2]
     assert provider.handle(event) == body  # a late duplicate gets the stored answer again
     assert calls == [0, 1, 2]
+
+
+def test_answer_is_sent_when_the_store_refuses_to_record_it(moto_server, response_server, store_url_for, monkeypatch):
+    """OSS refuses writes mid-operation (a revoked policy): the handler's answer still reaches ROS."""
+    for name, value in CREDS.items():
+        monkeypatch.setenv(name, value)
+    provider = Provider(store=store_url_for("oss"))
+    gate = moto_server.gate
+
+    @provider.create("Custom::Done")
+    def create(props, request):
+        gate.refuse_puts_with = "403 Forbidden"  # after the claim, before the answer is recorded
+        return Result(physical_id="done-1")
+
+    try:
+        event = response_server.attach(make_event("Create", "Custom::Done"))
+        provider.handle(event)
+        assert response_server.wait_for(event["RequestId"], timeout=20)["PhysicalResourceId"] == "done-1"
+    finally:
+        gate.refuse_puts_with = None
+        provider.close()
