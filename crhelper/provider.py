@@ -30,6 +30,15 @@ class Outcome:
     error: str | None = None
 
 
+#: Operations one timer invocation resumes at most.
+RECOVERY_BATCH = 20
+
+
+def _is_timer_event(body: object) -> bool:
+    """Function Compute's time trigger sends {"triggerTime", "triggerName", "payload"}."""
+    return isinstance(body, dict) and "triggerTime" in body and "triggerName" in body and "RequestType" not in body
+
+
 def _summary(outcome: Outcome) -> dict[str, Any]:
     """What an FC invocation returns: the body sent, or why there is none (for sync callers and logs)."""
     if outcome.body is not None:
@@ -113,6 +122,7 @@ class Provider:
         decide whether to acknowledge their message (a queue worker keeps it when delivery failed).
         `reentry` overrides how a long-running operation is continued (a queue worker continues it
         through its own queue)."""
+        invoked = time.monotonic() if started is None else started
         configure()
         try:
             settings = self.settings()
@@ -125,13 +135,18 @@ class Provider:
             _log.error("state store unavailable", extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
             result, report = answer_failure(event, f"state store unavailable: {exc}", settings)
             return Outcome(result.body, report.delivered, report.error)
-        result, report = handle_event(self.registry, event, settings, context, services, started=started)
-        self._services.maybe_recover(settings, services, context)
+        result, report = handle_event(self.registry, event, settings, context, services, started=invoked)
+        self._services.maybe_recover(settings, services, context, invoked)
         return Outcome(result.body, report.delivered, report.error if result.body is not None else result.error)
 
-    def recover(self, reentry: "Reentry | None" = None, limit: int = 5) -> int:
-        """Resume operations whose process died mid-step (their step lease ran out); returns how many finished."""
-        return self._services.recover(self.settings(), reentry, limit)
+    def recover(
+        self, reentry: "Reentry | None" = None, limit: int = 5, context: object | None = None,
+        started: float | None = None,
+    ) -> int:
+        """Resume operations whose process died mid-step (their step lease ran out) or whose deadline
+        passed while nothing ran; returns how many were answered. With an FC `context`, the steps run
+        under its deadline and continue through FC."""
+        return self._services.recover(self.settings(), reentry, limit, context, started)
 
     def close(self) -> None:
         """Stop the in-process scheduler and close the store (tests, servers shutting down)."""
@@ -161,6 +176,11 @@ class Provider:
 
         started = time.monotonic()
         envelopes = unwrap_event(event)
+        if len(envelopes) == 1 and _is_timer_event(envelopes[0].body):
+            # A time trigger on the provider function: finish operations nothing else is driving
+            # (their instance died, or their deadline passed with no traffic).
+            answered = self.recover(limit=RECOVERY_BATCH, context=context, started=started)
+            return json.dumps({"Recovered": answered})
         if len(envelopes) == 1 and envelopes[0].source in (SOURCE_DIRECT, SOURCE_UNKNOWN):
             # Not an MNS envelope: the request itself, a re-entry, or something malformed that the
             # runtime answers precisely (FAILED when it still carries a ResponseURL).

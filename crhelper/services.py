@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from .config import Settings
 from .logs import get_logger
-from .runtime import Services, function_timeout, guarded_runner, send_resumed
+from .runtime import Services, function_timeout, guard_margin, guarded_runner, send_resumed
 
 if TYPE_CHECKING:
     from .lifecycle import Lifecycle
@@ -138,16 +138,30 @@ class ProviderServices:
                 lifecycle.step_lease = max(lifecycle.step_lease, timeout + FC_LEASE_SLACK)
         return Services(lifecycle, reentry or self.reentry(settings, context, lifecycle))
 
-    def recover(self, settings: Settings, reentry: "Reentry | None", limit: int) -> int:
+    def recover(
+        self,
+        settings: Settings,
+        reentry: "Reentry | None",
+        limit: int,
+        context: Any = None,
+        invoked: float | None = None,
+    ) -> int:
+        """Resume operations whose process died, within this invocation's time when it has a deadline
+        (each recovered step runs under the same guard as a request); returns how many finished."""
         lifecycle = self.lifecycle(settings)
         if lifecycle is None:
             return 0
-        run = guarded_runner(self._provider.registry, settings, None, 0.0)
-        finished = lifecycle.recover(run, reentry or self.reentry(settings, None, lifecycle), limit=limit)
+        timeout = function_timeout(context)
+        deadline = (invoked if invoked is not None else time.monotonic()) + timeout if timeout else None
+        margin = guard_margin(timeout, settings.timeout_margin) if timeout else 0.0
+        if deadline is not None and deadline - time.monotonic() < 4 * margin:
+            return 0  # too little time left to run a step and answer; a later invocation will
+        run = guarded_runner(self._provider.registry, settings, deadline, margin)
+        finished = lifecycle.recover(run, reentry or self.reentry(settings, context, lifecycle), limit=limit)
         send_resumed(finished, settings)
         return len(finished)
 
-    def maybe_recover(self, settings: Settings, services: Services, context: Any) -> None:
+    def maybe_recover(self, settings: Settings, services: Services, context: Any, invoked: float) -> None:
         """On Function Compute, let any later invocation finish operations whose instance died."""
         if services.lifecycle is None or getattr(services.reentry, "name", "") != "fc":
             return
@@ -156,8 +170,7 @@ class ProviderServices:
             return
         self._last_recovery = now
         try:
-            run = guarded_runner(self._provider.registry, settings, None, 0.0)
-            send_resumed(services.lifecycle.recover(run, services.reentry, limit=5), settings)
+            self.recover(settings, services.reentry, 5, context, invoked)
         except Exception:
             _log.exception("recovery of stalled operations failed")
 

@@ -163,3 +163,4 @@ def test_sync_in_band_path_refuses_in_progress(provider_factory):
     provider.create("Custom::Slow")(lambda props, request: InProgress(state=1, delay=1))
     body = provider.respond(make_event("Create", "Custom::Slow"))
     assert body["Status"] == "FAILED" and "replies in-band" in body["Reason"]
+

@@ -175,7 +175,8 @@ def test_a_handler_raising_system_exit_does_not_kill_a_worker_thread(
     queue = make_queue(name, visibility=2)
     queue.send_message(Message(json.dumps(exiting)))
     worker = start_worker(provider, name, concurrency=1, visibility_timeout=2, extend_every=0.5)
-    wait_until(lambda: worker.stats()["kept"] >= 1)  # the crashed message stays for redelivery
+    # The framework answers it FAILED like any other handler error, and the single thread lives on.
+    assert response_server.wait_for(exiting["RequestId"], timeout=5)["Reason"] == "SystemExit: 3"
     queue.send_message(Message(json.dumps(good)))
     assert response_server.wait_for(good["RequestId"], timeout=5)["Status"] == "SUCCESS"
     assert worker.stats()["lost"] == 0
