@@ -152,12 +152,13 @@ class Router:
                 pass
         for server in self._tcp_servers.values():
             server.close()
-        for server in self._tcp_servers.values():
-            await server.wait_closed()
-        self._tcp_servers.clear()
+        # Connections first: since Python 3.12.1 wait_closed() also waits for every open connection.
         for task in list(self._tcp_tasks):
             task.cancel()
         await asyncio.gather(*self._tcp_tasks, return_exceptions=True)
+        for server in self._tcp_servers.values():
+            await server.wait_closed()
+        self._tcp_servers.clear()
         if self._runner is not None:
             await self._runner.cleanup()
         for session in (self._session, self._no_keepalive):
