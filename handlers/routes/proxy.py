@@ -189,9 +189,10 @@ class Router:
     async def _sync_tcp(self, wanted: dict[int, Route]) -> None:
         self.tcp_routes = wanted
         for port in [p for p in self._tcp_servers if p not in wanted]:
-            server = self._tcp_servers.pop(port)
-            server.close()
-            await server.wait_closed()
+            # close() stops listening at once; connections already open run on (as Go's listener close
+            # leaves accepted conns). No wait_closed(): on Python >= 3.12.1 it waits for them to end,
+            # which would stall every route refresh behind a long-lived connection.
+            self._tcp_servers.pop(port).close()
         for port in wanted:
             if port in self._tcp_servers:
                 continue
