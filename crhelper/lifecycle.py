@@ -22,6 +22,8 @@ from .store.base import FINISHED_ATTEMPT
 
 _log = get_logger("lifecycle")
 
+#: How often a duplicate in-band request checks whether the delivery in flight has finished.
+IN_FLIGHT_POLL = 0.1
 #: A re-entry arriving this early is still accepted (timers and FC's delay are not exact).
 EARLY_TOLERANCE = 1.0
 
@@ -71,6 +73,31 @@ class Lifecycle:
         started = self.clock()
         request = dataclasses.replace(request, started_at=started)
         return self._step(operation_id, key, request, raw, None, run, reentry)
+
+    def process_in_band(self, request: Request, run: Step, wait_until: float | None) -> dict[str, Any]:
+        """For replies in the HTTP body (`web[sync]`): run once per request, and answer duplicates with
+        the stored response, waiting for one still in flight until `wait_until` (time.monotonic())."""
+        key = IdempotencyKey(request.stack_id, request.request_id, request.logical_resource_id)
+        operation_id = new_continuation_id()
+        claim = self.store.claim(key, operation_id, lease_seconds=self.step_lease, ttl_seconds=self.record_ttl)
+        if claim.status is ClaimStatus.COMPLETED and claim.record.response is not None:
+            _log.info("duplicate of a completed request: replying with the stored response")
+            return claim.record.response
+        if claim.status is ClaimStatus.IN_FLIGHT:
+            while wait_until is None or time.monotonic() < wait_until:
+                record = self.store.get(key)
+                if record is not None and record.response is not None:
+                    _log.info("duplicate answered with the response of the delivery that was in flight")
+                    return record.response
+                if record is None or not record.lease_live(self.clock()):
+                    break
+                time.sleep(IN_FLIGHT_POLL)
+            return failed_for(request, "a previous delivery of this request is still running; ROS may retry it")
+        outcome = run(request)
+        if isinstance(outcome, InProgress):
+            outcome = failed_for(request, "the handler returned InProgress but this delivery path replies in-band "
+                                          "and cannot call it again later; use an asynchronous ServiceToken")
+        return self._finish(operation_id, key, None, body=outcome) or outcome
 
     def resume(self, operation_id: str, run: Step, reentry: Reentry | None) -> tuple[Request, dict[str, Any]] | None:
         """Continue an operation; only one caller wins the continuation's compare-and-set."""

@@ -161,7 +161,11 @@ class Provider:
         except ConfigError as exc:
             return failure_answer(event, f"provider misconfigured: {exc}").body
         deadline = time.monotonic() + within if within is not None else None
-        return answer(self.registry, event, settings, deadline=deadline).body
+        try:
+            lifecycle = self._services.lifecycle(settings)
+        except Exception as exc:
+            return failure_answer(event, f"state store unavailable: {exc}").body
+        return answer(self.registry, event, settings, deadline=deadline, lifecycle=lifecycle).body
 
     def fc_handler(self, event: Any, context: object | None = None) -> str:
         """Function Compute entry: `handler = provider.fc_handler` (a Provider is also callable).

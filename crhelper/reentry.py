@@ -107,11 +107,14 @@ class LocalScheduler:
                 ready = []
                 while self._heap and self._heap[0][0] <= now:
                     ready.append(heapq.heappop(self._heap)[2])
-            for continuation_id in ready:
-                self._pool.submit(self._guarded, self._resume, continuation_id)
-            if self._recover and time.monotonic() >= next_recovery:
-                next_recovery = time.monotonic() + self._recover_every
-                self._pool.submit(self._guarded, self._recover)
+            try:
+                for continuation_id in ready:
+                    self._pool.submit(self._guarded, self._resume, continuation_id)
+                if self._recover and time.monotonic() >= next_recovery:
+                    next_recovery = time.monotonic() + self._recover_every
+                    self._pool.submit(self._guarded, self._recover)
+            except RuntimeError:  # the interpreter is exiting: the work stays in the store for recovery
+                return
 
     @staticmethod
     def _guarded(func: Callable[..., None], *args: Any) -> None:

@@ -126,8 +126,10 @@ def answer(
     *,
     deadline: float | None = None,
     margin: float = 0.0,
+    lifecycle: "Lifecycle | None" = None,
 ) -> Answer:
-    """Compute the response for one event without sending it or consulting a store (in-band replies)."""
+    """Compute the response for one event without sending it (in-band replies); with a lifecycle,
+    duplicates get the stored response instead of running the handler again."""
     try:
         raw = decode_event(event)
     except RequestError as exc:
@@ -137,7 +139,12 @@ def answer(
         return parsed
     request = parsed
     public, intranet = request.response_url, request.intranet_response_url
-    outcome = guarded_runner(registry, settings, deadline, margin)(request)
+    run = guarded_runner(registry, settings, deadline, margin)
+    if lifecycle is not None:
+        with request_context(request.log_fields()):
+            body = lifecycle.process_in_band(request, run, deadline - margin if deadline is not None else None)
+        return Answer(body, request, public, intranet)
+    outcome = run(request)
     if isinstance(outcome, InProgress):
         outcome = failed_for(request, "the handler returned InProgress but this delivery path replies in-band "
                                       "and cannot call it again later; use an asynchronous ServiceToken")

@@ -89,3 +89,41 @@ def test_respond_hook_replaces_the_provider(serve) -> None:
     reply = requests.post(server.url + "/sync", json=make_event("Create", "Custom::Echo"), timeout=10)
     assert reply.json()["Reason"] == "hooked"
     assert len(calls) == 1 and 2.5 < calls[0] <= 3.0
+
+
+def test_sync_duplicates_run_the_handler_once_and_get_the_same_answer(tmp_path, monkeypatch) -> None:
+    import threading
+
+    from crhelper import Provider, Result
+    from crhelper.cli.serve import BackgroundServer
+    from crhelper.transports.http import wsgi_app
+
+    monkeypatch.setenv("CRHELPER_STORE", f"sqlite:///{tmp_path / 'state.sqlite'}")
+    calls: list[str] = []
+    provider = Provider()
+
+    @provider.create("Custom::Counted")
+    def create(props, request):
+        calls.append(request.request_id)
+        time.sleep(0.5)
+        return Result(physical_id=f"counted-{len(calls)}")
+
+    server = BackgroundServer(wsgi_app(provider, config=EndpointConfig(sync_within=3.0))).start()
+    try:
+        event = make_event("Create", "Custom::Counted", response_url="http://127.0.0.1:9/unused")
+        replies: list[dict] = []
+
+        def post() -> None:
+            replies.append(requests.post(server.url + "/sync", json=event, timeout=ROS_SYNC_LIMIT).json())
+
+        threads = [threading.Thread(target=post) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        late = requests.post(server.url + "/sync", json=event, timeout=ROS_SYNC_LIMIT).json()
+    finally:
+        server.stop()
+        provider.close()
+    assert calls == [event["RequestId"]]
+    assert [r["PhysicalResourceId"] for r in replies + [late]] == ["counted-1"] * 4
