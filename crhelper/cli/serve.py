@@ -143,10 +143,15 @@ class BackgroundServer:
             for dispatcher in list(server._map.values()):
                 dispatcher.close()
 
+        pulled = False
         if self._thread.is_alive():
-            server.trigger.pull_trigger(close_all)  # runs in the loop thread, which then ends
+            try:
+                server.trigger.pull_trigger(close_all)  # runs in the loop thread, which then ends
+                pulled = True
+            except OSError:  # the loop already closed its trigger on its way out
+                pass
             self._thread.join(5)
-        else:
+        if not pulled:
             close_all()
         server.task_dispatcher.shutdown()
         self.app.close(wait=True)
