@@ -338,7 +338,7 @@ def _guard(run: Any, args: argparse.Namespace) -> int:
     except StackStateError as exc:
         name = getattr(args, "stack", "NAME")
         hint = ""
-        if "_IN_PROGRESS" in str(exc):
+        if "is busy" in str(exc) or "_IN_PROGRESS" in str(exc):
             hint = f"another crhelper process is running an operation on it; follow it with `crhelper stack events --stack {name}`"
         elif "already exists" in str(exc) or "cannot be updated" in str(exc):
             hint = f"`crhelper stack delete --stack {name}` first, then `crhelper stack create` it again"

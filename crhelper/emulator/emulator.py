@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .engine import Engine, update_conflicts
 from .errors import StackNotFoundError, StackStateError, TemplateValidationError
 from .masking import mask, masked_parameters, secret_values
-from .model import OutputDescription, ResourceDescription, StackDescription, StackEvent, StackRecord
+from .model import (
+    STACK_RESOURCE_TYPE,
+    OutputDescription,
+    ResourceDescription,
+    StackDescription,
+    StackEvent,
+    StackRecord,
+    utc_now,
+)
 from .plan import StackIdentity, build_plan
 from .protocol import Deliverer
 from .state import StackStore
@@ -82,6 +91,18 @@ class StackEmulator:
         on_event: EventCallback | None = None,
     ) -> StackDescription:
         _check_name(name)
+        with self._operation(name):
+            return self._create(name, template_text, parameters, deliver, disable_rollback, on_event)
+
+    def _create(
+        self,
+        name: str,
+        template_text: str,
+        parameters: Mapping[str, Any] | None,
+        deliver: Deliverer,
+        disable_rollback: bool,
+        on_event: EventCallback | None,
+    ) -> StackDescription:
         existing = self.store.load(name)
         if existing is not None and existing.status != "DELETE_COMPLETE":
             raise StackStateError(f"stack '{name}' already exists (status {existing.status}); delete it first")
@@ -116,6 +137,19 @@ class StackEmulator:
         use_previous_parameters: bool = True,
     ) -> StackDescription:
         """Update to a new template (None keeps the current one); unset parameters keep their values."""
+        with self._operation(name):
+            return self._update(name, template_text, parameters, deliver, disable_rollback, on_event, use_previous_parameters)
+
+    def _update(
+        self,
+        name: str,
+        template_text: str | None,
+        parameters: Mapping[str, Any] | None,
+        deliver: Deliverer,
+        disable_rollback: bool,
+        on_event: EventCallback | None,
+        use_previous_parameters: bool,
+    ) -> StackDescription:
         record = self._load(name)
         if record.status not in UPDATABLE_STATUSES:
             raise StackStateError(f"stack '{name}' cannot be updated in status {record.status}")
@@ -137,6 +171,10 @@ class StackEmulator:
 
     def delete(self, name: str, deliver: Deliverer, *, on_event: EventCallback | None = None) -> StackDescription:
         """Delete every resource (Retain ones get no request); a deleted stack stays describable."""
+        with self._operation(name):
+            return self._delete(name, deliver, on_event)
+
+    def _delete(self, name: str, deliver: Deliverer, on_event: EventCallback | None) -> StackDescription:
         record = self._load(name)
         if record.status == "DELETE_COMPLETE":
             return self._describe(record)
@@ -162,6 +200,38 @@ class StackEmulator:
         return [self._describe(r) for r in records if r is not None]
 
     # ------------------------------------------------------------------ helpers
+
+    @contextlib.contextmanager
+    def _operation(self, name: str) -> Iterator[None]:
+        """One operation per stack at a time, across processes; a stack left *_IN_PROGRESS by a
+        process that died (SIGKILL, power loss) is marked FAILED so it can be updated or deleted."""
+        owner = self.store.claim_operation(name)
+        if owner is not None:
+            raise StackStateError(
+                f"stack '{name}' is busy: crhelper process {owner[0]} on {owner[1]} is running an operation on it"
+            )
+        try:
+            record = self.store.load(name)
+            if record is not None and record.status.endswith("_IN_PROGRESS"):
+                self._mark_interrupted(record)
+            yield
+        finally:
+            self.store.release_operation(name)
+
+    def _mark_interrupted(self, record: StackRecord) -> None:
+        reason = "interrupted: the crhelper process running this operation stopped before it finished"
+        for resource in record.resources.values():
+            if resource.status.endswith("_IN_PROGRESS"):
+                resource.status = resource.status[: -len("_IN_PROGRESS")] + "_FAILED"
+                resource.status_reason = reason
+                self.store.append_event(StackEvent(utc_now(), record.name, record.stack_id, resource.logical_id,
+                                                   resource.physical_id, resource.resource_type, resource.status, reason))
+        record.status = record.status[: -len("_IN_PROGRESS")] + "_FAILED"
+        record.status_reason = reason
+        record.updated_at = utc_now()
+        self.store.save(record)
+        self.store.append_event(StackEvent(utc_now(), record.name, record.stack_id, record.name, record.stack_id,
+                                           STACK_RESOURCE_TYPE, record.status, reason))
 
     def _load(self, name: str) -> StackRecord:
         record = self.store.load(name)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -54,7 +55,27 @@ CREATE TABLE IF NOT EXISTS events (
     body TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_by_stack ON events (stack_id, seq);
+CREATE TABLE IF NOT EXISTS operations (
+    name TEXT PRIMARY KEY,
+    pid INTEGER NOT NULL,
+    host TEXT NOT NULL
+);
 """
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process of this machine still runs (a zombie counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True
 
 
 def default_home() -> Path:
@@ -102,6 +123,23 @@ class StackStore:
             if self._db is not None:
                 self._db.close()
                 self._db = None
+
+    def claim_operation(self, name: str) -> tuple[int, str] | None:
+        """Take the stack for this process; returns the (pid, host) of a live owner instead, if any.
+        An owner whose process has died on this machine is replaced (its operation was interrupted)."""
+        me, host = os.getpid(), socket.gethostname()
+        with self._connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            row = db.execute("SELECT pid, host FROM operations WHERE name = ?", (name,)).fetchone()
+            if row is not None and (row[0], row[1]) != (me, host):
+                if row[1] != host or process_alive(row[0]):
+                    return int(row[0]), str(row[1])
+            db.execute("INSERT OR REPLACE INTO operations (name, pid, host) VALUES (?, ?, ?)", (name, me, host))
+        return None
+
+    def release_operation(self, name: str) -> None:
+        with self._connect() as db:
+            db.execute("DELETE FROM operations WHERE name = ? AND pid = ?", (name, os.getpid()))
 
     def save(self, record: StackRecord, resource: ResourceRecord | None = None) -> None:
         """Write the stack row and all resource rows, or with `resource` just that one row."""

@@ -195,6 +195,11 @@ def test_sigterm_mid_create_leaves_a_failed_stack_that_can_be_deleted(tmp_path: 
 
 def test_a_stack_busy_in_another_process_points_to_its_events(tmp_path: Path, home: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+    import sqlite3
+    import subprocess
+    import sys
+
     template = write_template(tmp_path, echo_template(FC3))
     assert cli("create", template, "--stack", "busy", "-s", f"{FC3}={spec()}") == 0
     with StackEmulator(home) as emulator:
@@ -202,10 +207,25 @@ def test_a_stack_busy_in_another_process_points_to_its_events(tmp_path: Path, ho
         assert record is not None
         record.status = "UPDATE_IN_PROGRESS"
         emulator.store.save(record)
-    capsys.readouterr()
-    for command in (("update", template), ("delete",)):
-        assert cli(*command, "--stack", "busy", "-s", f"{FC3}={spec()}") == 2
-        err = capsys.readouterr().err
-        assert "in status UPDATE_IN_PROGRESS" in err
-        assert "next: another crhelper process is running an operation on it" in err, err
-        assert "crhelper stack events --stack busy" in err
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # a live owner
+    try:
+        with sqlite3.connect(home / "stacks.sqlite") as db:
+            db.execute("INSERT OR REPLACE INTO operations (name, pid, host) VALUES (?, ?, ?)",
+                       ("busy", other.pid, socket.gethostname()))
+        capsys.readouterr()
+        for command in (("update", template), ("delete",)):
+            assert cli(*command, "--stack", "busy", "-s", f"{FC3}={spec()}") == 2
+            err = capsys.readouterr().err
+            assert f"stack 'busy' is busy: crhelper process {other.pid}" in err
+            assert "next: another crhelper process is running an operation on it" in err, err
+            assert "crhelper stack events --stack busy" in err
+    finally:
+        other.kill()
+        other.wait(5)
+    # Its owner gone (killed), the stack is marked interrupted and can be deleted.
+    assert cli("delete", "--stack", "busy", "-s", f"{FC3}={spec()}") == 0
+    with StackEmulator(home) as emulator:
+        assert emulator.describe("busy").status == "DELETE_COMPLETE"
+        interrupted = [e for e in emulator.events("busy") if e.status == "UPDATE_FAILED"]
+    assert [e.logical_id for e in interrupted] == ["busy"]
+    assert interrupted[0].reason.startswith("interrupted: the crhelper process running this operation stopped")
