@@ -15,7 +15,7 @@ Modes — how an endpoint knows whether ROS waits for the reply:
 * sync (``web[sync]:``): the HTTP 200 body *is* the response object; a handler still running after
   `sync_within` (8.5 s by default, ROS allows 10 s) is answered FAILED. A ResponseURL is optional.
 
-Status codes: 5xx only where a retry can help (worker pool full → 503, configurable); everything else
+Status codes: 5xx only where a retry can help (worker pool full → 500, the status ROS documents retries after; configurable); everything else
 is 4xx — 400 body not JSON/form or not a ROS request, 401 auth or signature, 405 not POST, 409 replayed
 signed request, 413 body over `max_body`, 415 content type — or, in sync mode, 200 with a FAILED body.
 Error bodies are ``{"Error", "Field", "Message"}`` and never repeat a credential or the request.
@@ -456,7 +456,7 @@ class HttpApp:
             _log.exception("async handler raised", extra={"fields": {"RequestId": event.get("RequestId")}})
 
     def close(self, wait: bool = True) -> None:
-        """Refuse new async requests (503) and, with `wait`, let accepted ones finish answering."""
+        """Refuse new async requests (the overload status) and, with `wait`, let accepted ones finish answering."""
         if self._pool is not None:
             self._pool.close(wait)
 

@@ -44,8 +44,9 @@ class EndpointConfig:
     inline: bool = False
     #: Status of the async acknowledgement; ROS documents only "2xx".
     ack_status: int = 200
-    #: Status when the worker pool is full; ROS documents retries after "HTTP 500" for idempotent Creates.
-    overload_status: int = 503
+    #: Status when the worker pool is full: 500, the status after which ROS documents a retry (idempotent
+    #: Creates; Updates and Deletes may be repeated anyway). 503 is allowed for proxies that expect it.
+    overload_status: int = 500
     max_body: int = DEFAULT_MAX_BODY
     #: The ServiceToken URL prefix this server is reached as (scheme://host[:port][/prefix]); the
     #: request path is appended. Needed for signatures behind proxies; else taken from the Host header.

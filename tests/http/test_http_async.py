@@ -122,18 +122,18 @@ def test_method_content_type_and_size_limits(serve, response_server: ResponseSer
     assert response_server.captures == []
 
 
-def test_full_worker_pool_answers_503_and_the_same_request_is_accepted_later(serve, response_server: ResponseServer) -> None:
+def test_full_worker_pool_answers_500_and_the_same_request_is_accepted_later(serve, response_server: ResponseServer) -> None:
     server = serve(EndpointConfig(workers=1, backlog=0))
     slow = response_server.attach(make_event("Create", "Custom::Slow", {"Seconds": 5}))
     assert _post(server.url, slow).status_code == 200
     second = response_server.attach(make_event("Create", "Custom::Echo", {"Name": "later"}))
     busy = _post(server.url, second)
-    assert busy.status_code == 503 and busy.headers["Retry-After"] == "5"
+    assert busy.status_code == 500 and busy.headers["Retry-After"] == "5"  # ROS retries after a 500
     assert busy.json()["Error"] == "Overloaded"
     http_providers.RELEASE.set()
     response_server.wait_for(slow["RequestId"])
     deadline = time.monotonic() + 5
-    while (retry := _post(server.url, second)).status_code == 503 and time.monotonic() < deadline:
+    while (retry := _post(server.url, second)).status_code == 500 and time.monotonic() < deadline:
         time.sleep(0.02)  # the worker frees its slot just after delivering
     assert retry.status_code == 200
     assert response_server.wait_for(second["RequestId"])["Status"] == "SUCCESS"
