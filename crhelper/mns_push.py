@@ -78,11 +78,17 @@ def build_string_to_sign(
 class CertificateFetcher:
     """Fetches certificates over HTTP(S) with a timeout and a size cap, caching the public key per URL."""
 
-    def __init__(self, timeout: float = 5.0, cache_seconds: float = 3600.0, max_entries: int = 32) -> None:
+    def __init__(
+        self, timeout: float = 5.0, cache_seconds: float = 3600.0, max_entries: int = 32, failure_seconds: float = 60.0
+    ) -> None:
         if max_entries < 1:
             raise ValueError("CertificateFetcher.max_entries must be at least 1")
         self.timeout = timeout
         self.cache_seconds = cache_seconds
+        #: A URL that could not be fetched is not tried again for this long: forged pushes naming an
+        #: allowlisted host must not each hold a thread for the whole fetch timeout.
+        self.failure_seconds = failure_seconds
+        self._failures: OrderedDict[str, tuple[float, str]] = OrderedDict()
         # Bounded: every push names its own URL, and a sender may vary it (query strings) at will.
         self.max_entries = max_entries
         self._cache: OrderedDict[str, tuple[float, Any]] = OrderedDict()
@@ -99,7 +105,18 @@ class CertificateFetcher:
             hit = self._cache.get(url)
             if hit is not None and now - hit[0] < self.cache_seconds:
                 return hit[1]
-        key = _load_public_key(self._download(url))
+            failed = self._failures.get(url)
+            if failed is not None and now - failed[0] < self.failure_seconds:
+                raise PushVerificationError(failed[1])
+        try:
+            key = _load_public_key(self._download(url))
+        except PushVerificationError as exc:
+            with self._lock:
+                self._failures[url] = (now, exc.reason)
+                self._failures.move_to_end(url)
+                while len(self._failures) > self.max_entries:
+                    self._failures.popitem(last=False)
+            raise
         with self._lock:
             self._cache[url] = (now, key)
             self._cache.move_to_end(url)
@@ -110,6 +127,7 @@ class CertificateFetcher:
     def clear(self) -> None:
         with self._lock:
             self._cache.clear()
+            self._failures.clear()
 
     def _download(self, url: str) -> bytes:
         where = _url_without_query(url)

@@ -228,3 +228,37 @@ def test_certificate_cache_stays_bounded_when_urls_vary(cert_server: Any) -> Non
     for n in range(6):
         mns_push.verify("POST", "/n", _signed_headers(identity, f"{url}?v={n}", body), body, fetcher=fetcher, **LOCAL)
     assert len(hits) == 6 and len(fetcher) == 3
+
+
+def test_a_failed_certificate_fetch_is_not_retried_for_a_while() -> None:
+    """Forged pushes naming an unreachable certificate must not each wait out the fetch timeout."""
+    hits: list[str] = []
+
+    class Broken(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            hits.append(self.path)
+            self.send_response(500)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Broken)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/cert.pem"
+        fetcher = CertificateFetcher(timeout=2, failure_seconds=60)
+        for _ in range(3):
+            with pytest.raises(PushVerificationError, match="cannot fetch signing certificate"):
+                fetcher.public_key(url)
+        assert len(hits) == 1
+        fetcher.clear()
+        with pytest.raises(PushVerificationError):
+            fetcher.public_key(url)
+        assert len(hits) == 2
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
