@@ -83,6 +83,8 @@ def _delivery_options(parser: argparse.ArgumentParser) -> None:
     faults.add_argument("--kill-provider", action="store_true", default=None,
                         help="FC 2.0 tokens: SIGKILL the function's worker on the first attempt of each request (FC retries it); "
                              "other tokens are delivered normally")
+    faults.add_argument("--kill-provider-after", type=float, default=None, metavar="SECONDS",
+                        help="with --kill-provider: kill this many seconds into the handler (mid-request) instead of at entry")
 
 
 def _template_options(parser: argparse.ArgumentParser, *, optional: bool = False) -> None:
@@ -288,7 +290,7 @@ def _bindings(args: argparse.Namespace, home: Path, template: Path | None) -> An
     faults = bindings.faults.merged(
         duplicate=args.duplicate, response_fail_first=args.response_fail_first,
         response_fail_status=args.response_fail_status, response_delay=args.response_delay,
-        kill_provider=args.kill_provider,
+        kill_provider=args.kill_provider, kill_provider_after=args.kill_provider_after,
     )
     return dataclasses.replace(bindings, faults=faults)
 

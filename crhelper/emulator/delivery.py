@@ -123,7 +123,8 @@ class StackDelivery:
         with self._lock:
             if self._fc is None:
                 self._fc = FcRoute(self.region, self.account_id, workers=self.workers,
-                                   kill_provider=self.faults.kill_provider).start()
+                                   kill_provider=self.faults.kill_provider,
+                                   kill_after=self.faults.kill_provider_after).start()
             return self._fc
 
     @property

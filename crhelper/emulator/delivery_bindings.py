@@ -45,8 +45,11 @@ class Faults:
     response_fail_first / response_fail_status: the ResponseURL answers the first N POSTs with this status.
     response_delay: the ResponseURL waits this many seconds before answering each POST.
     kill_provider: FC 2.0 tokens on the local FC endpoint only (other routes are delivered normally):
-        the worker process is SIGKILLed as the provider is entered on the first attempt of each
-        request, so FC's async retry must deliver the request again.
+        the worker process is SIGKILLed on the first attempt of each request, so FC's async retry must
+        deliver the request again.
+    kill_provider_after: with kill_provider, the kill comes this many seconds into the handler (a crash
+        mid-request, after side effects may have happened) instead of as it is entered; a handler that
+        answers sooner is not killed.
     """
 
     duplicate: bool = False
@@ -54,6 +57,7 @@ class Faults:
     response_fail_status: int = 500
     response_delay: float = 0.0
     kill_provider: bool = False
+    kill_provider_after: float = 0.0
 
     def __post_init__(self) -> None:
         problems = []
@@ -63,6 +67,8 @@ class Faults:
             problems.append("faults.response_fail_status: must be an HTTP error status 400-599")
         if not 0 <= self.response_delay <= 60:
             problems.append("faults.response_delay: must be 0-60 seconds")
+        if not 0 <= self.kill_provider_after <= 3600:
+            problems.append("faults.kill_provider_after: must be 0-3600 seconds")
         if problems:
             raise BindingError("; ".join(problems))
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..local.fc_server import LocalFunctionCompute
 from ..servicetoken import FcFunctionToken
-from .delivery_fc_handler import KILL_DIR_ENV, PROVIDER_ENV
+from .delivery_fc_handler import KILL_AFTER_ENV, KILL_DIR_ENV, PROVIDER_ENV
 
 HANDLER = "crhelper.emulator.delivery_fc_handler:handler"
 #: Seconds before FC's first async retry (FC itself starts back-off at 0.5 s).
@@ -28,10 +28,13 @@ FUNCTION_TIMEOUT_SLACK = 10.0
 class FcRoute:
     """One local FC endpoint per stack operation; functions are registered on first use."""
 
-    def __init__(self, region: str, account_id: str, *, workers: int = 64, kill_provider: bool = False) -> None:
+    def __init__(
+        self, region: str, account_id: str, *, workers: int = 64, kill_provider: bool = False, kill_after: float = 0.0
+    ) -> None:
         self._fc = LocalFunctionCompute(region=region, account_id=account_id, async_workers=workers,
                                         async_retry_delay=ASYNC_RETRY_DELAY)
         self._kill_dir = tempfile.TemporaryDirectory(prefix="crhelper-kill-") if kill_provider else None
+        self._kill_after = kill_after
         self._lock = threading.Lock()
         self._timeouts: dict[tuple[str, str], float] = {}
         self._client: Any = None
@@ -59,6 +62,7 @@ class FcRoute:
             env = {PROVIDER_ENV: spec}
             if self._kill_dir is not None:
                 env[KILL_DIR_ENV] = self._kill_dir.name
+                env[KILL_AFTER_ENV] = str(self._kill_after)
             self._fc.register(key[0], key[1], HANDLER, timeout=timeout, env=env)
             self._timeouts[key] = timeout
 

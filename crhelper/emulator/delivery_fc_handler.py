@@ -3,8 +3,9 @@
 Runs in a local FC worker process. It loads the provider named by CRHELPER_PROVIDER (a module or
 a file path spec), answers FAILED if that fails (like `crhelper.fc.handler`), and implements the
 `kill_provider` fault: with CRHELPER_EMULATOR_KILL_DIR set, the first attempt for each ROS
-RequestId leaves a marker there and SIGKILLs its own worker process, so FC's async retry has to
-deliver the request again, exactly as after a crashed or recycled instance.
+RequestId leaves a marker there and SIGKILLs its own worker process (at once, or
+CRHELPER_EMULATOR_KILL_AFTER seconds into the handler), so FC's async retry has to deliver the
+request again, exactly as after a crashed or recycled instance.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
 PROVIDER_ENV = "CRHELPER_PROVIDER"
 KILL_DIR_ENV = "CRHELPER_EMULATOR_KILL_DIR"
+KILL_AFTER_ENV = "CRHELPER_EMULATOR_KILL_AFTER"
 
 _state: dict[str, Any] = {}
 
@@ -40,7 +43,14 @@ def _maybe_kill(event: Any) -> None:
         marker.touch(exist_ok=False)
     except FileExistsError:
         return  # a retry: let it run
-    os.kill(os.getpid(), signal.SIGKILL)
+    after = float(os.environ.get(KILL_AFTER_ENV) or 0)
+    if after <= 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+        return
+    # Mid-request: the handler runs meanwhile; the process dies wherever it then is.
+    timer = threading.Timer(after, os.kill, (os.getpid(), signal.SIGKILL))
+    timer.daemon = True
+    timer.start()
 
 
 def _provider() -> Any:

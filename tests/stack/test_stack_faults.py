@@ -80,6 +80,18 @@ def test_killed_fc_worker_is_retried_by_fc_and_the_stack_completes(emulator: Sta
     assert "exited unexpectedly" in (record.attempts[0].error_message or "")
 
 
+def test_fc_worker_killed_mid_handler_is_retried_and_the_stack_completes(emulator: StackEmulator) -> None:
+    template = echo_template(FC2, {"Slow": {"Name": "slow", "CreateSleep": 1.0}})
+    with StackDelivery(bound(FC2, kill_provider=True, kill_provider_after=0.3)) as deliver:
+        created = emulator.create("killed-mid", template, {}, deliver)
+        assert deliver.fc.fc.wait_idle(5)
+        record = deliver.fc.fc.records[0]
+    assert created.status == "CREATE_COMPLETE", created.status_reason
+    assert [a.outcome for a in record.attempts] == ["error", "success"]
+    first = record.attempts[0]
+    assert first.ended - first.started >= 0.3  # it died inside the handler, not at its entry
+
+
 def test_kill_fault_leaves_other_routes_alone(emulator: StackEmulator) -> None:
     with StackDelivery(bound(FC3, kill_provider=True)) as deliver:
         created = emulator.create("nokill", echo_template(FC3), {}, deliver)
