@@ -137,8 +137,8 @@ def _from_dict(event: dict) -> Envelope:
         attrs = {k: v for k, v in event.items() if k != "Message"}
         return _decoded(SOURCE_MNS_TOPIC_JSON, _opt_str(event.get("MessageId")), event["Message"], attrs)
     if "body" in event and set(event) <= {"body", "attrs"}:
-        attrs = event.get("attrs") if isinstance(event.get("attrs"), dict) else {}
-        return _decoded(SOURCE_MNS_TOPIC_STREAM, None, event["body"], attrs)
+        given = event.get("attrs")
+        return _decoded(SOURCE_MNS_TOPIC_STREAM, None, event["body"], given if isinstance(given, dict) else {})
     if "RequestType" in event:
         return Envelope(SOURCE_DIRECT, None, event, None)
     return Envelope(SOURCE_UNKNOWN, None, event, "event is not a ROS request: field 'RequestType' is missing")

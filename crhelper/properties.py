@@ -133,7 +133,8 @@ def _collect(value: Any, found: list[str], depth: int) -> None:
         for name in value.__pydantic_fields__:
             _collect(getattr(value, name, None), found, depth + 1)
     elif is_msgspec_struct(type(value)):
-        secret_fields = _msgspec_secret_fields(type(value))
+        model: type = type(value)
+        secret_fields = _msgspec_secret_fields(model)
         for name in value.__struct_fields__:
             item = getattr(value, name, None)
             if name in secret_fields and isinstance(item, (str, bytes)):

@@ -230,8 +230,8 @@ def _process(
                                           "unset CRHELPER_STORE (it is none) or set it to a store URL")
         return Answer(outcome, request, public, intranet)
     with request_context(request.log_fields()):
-        body = services.lifecycle.process(request, raw, run, services.reentry)
-    return Answer(body, request, public, intranet)
+        to_send = services.lifecycle.process(request, raw, run, services.reentry)
+    return Answer(to_send, request, public, intranet)
 
 
 def send_resumed(results: list[tuple[Request, dict[str, Any]]], settings: Settings) -> None:

@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sync-within", type=float, default=DEFAULT_SYNC_WITHIN, metavar="SECONDS", help=f"answer FAILED if a sync handler runs longer (default {DEFAULT_SYNC_WITHIN}; ROS waits 10)")
     parser.add_argument("--inline", action="store_true", help="async mode: run the handler before acknowledging (no background pool)")
     parser.add_argument("--ack-status", type=int, default=200, help="status of the async acknowledgement (default 200)")
-    parser.add_argument("--overload-status", type=int, default=503, help="status when the pool is full; ROS documents retries after 500 (default 500)")
+    parser.add_argument("--overload-status", type=int, default=500, help="status when the pool is full; ROS documents retries after 500 (default 500)")
     parser.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY, metavar="BYTES", help=f"largest request body accepted, else 413 (default {DEFAULT_MAX_BODY})")
     parser.add_argument("--public-url", default=None, metavar="URL", help="the ServiceToken URL prefix clients use (signatures cover it; needed behind proxies)")
     parser.add_argument("--signed-header", action="append", default=[], metavar="NAME", help="an HttpConfig.Headers name that ROS signs; repeat for each")
@@ -93,7 +93,7 @@ def config_from_args(args: argparse.Namespace) -> EndpointConfig:
         signature_variant=variant,
         reject_replays=not args.allow_replays,
         mns_require_https=not args.mns_allow_http_cert,
-        **({"mns_cert_hosts": tuple(args.mns_cert_host)} if args.mns_cert_host else {}),
+        mns_cert_hosts=tuple(args.mns_cert_host) if args.mns_cert_host else EndpointConfig.mns_cert_hosts,
     )
     return config.with_secrets_from_env()
 

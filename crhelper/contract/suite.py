@@ -136,9 +136,8 @@ def run_contract(
         else:
             deleted = h.send("Delete", current, physical_id)
             issue = _success(deleted, physical_id)
-            detail = issue and f"Delete: {issue}"
-            report.checks.insert(0, CheckResult("create-delete", issue is None,
-                                                detail or f"created and deleted {physical_id!r}"))
+            detail = f"Delete: {issue}" if issue else f"created and deleted {physical_id!r}"
+            report.checks.insert(0, CheckResult("create-delete", issue is None, detail))
             second = h.send("Delete", current, physical_id)
             issue = _success(second, physical_id)
             add(CheckResult("delete-twice", issue is None, issue or "second Delete answered SUCCESS"))

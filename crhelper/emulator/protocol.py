@@ -84,12 +84,14 @@ def interpret_response(request: dict[str, Any], body: Any) -> Outcome:
     data = body.get("Data")
     if data is not None and not isinstance(data, dict):
         return failure(f"provider response Data must be a JSON object, got {type(data).__name__}")
-    sent_id = request.get("PhysicalResourceId")
-    answered = body.get("PhysicalResourceId")
-    if answered is not None and (not isinstance(answered, str) or not answered):
+    sent_id: str | None = request.get("PhysicalResourceId")
+    raw_answer = body.get("PhysicalResourceId")
+    if raw_answer is not None and (not isinstance(raw_answer, str) or not raw_answer):
         return failure("provider response PhysicalResourceId must be a non-empty string")
-    if isinstance(answered, str) and len(answered.encode("utf-8")) > MAX_PHYSICAL_ID_BYTES:
+    answered: str | None = raw_answer
+    if answered is not None and len(answered.encode("utf-8")) > MAX_PHYSICAL_ID_BYTES:
         return failure(f"provider response PhysicalResourceId is longer than {MAX_PHYSICAL_ID_BYTES} bytes")
+    physical_id: str | None
     if request["RequestType"] == "Create":
         if answered is None:
             return failure("provider response to Create has no PhysicalResourceId")

@@ -128,12 +128,12 @@ def _build(document: Any, errors: list[str]) -> Template | None:
     for name, expr in conditions.items():
         errors.extend(check_condition(expr, f"Conditions.{name}", condition_scope))
 
-    resources = {}
+    resources: dict[str, ResourceSpec] = {}
     for name, raw in raw_resources.items():
-        spec = _resource(str(name), raw, scope, errors)
-        if spec is not None:
-            resources[str(name)] = spec
-    outputs = {}
+        resource = _resource(str(name), raw, scope, errors)
+        if resource is not None:
+            resources[str(name)] = resource
+    outputs: dict[str, OutputSpec] = {}
     for name, raw in raw_outputs.items():
         output = _output(str(name), raw, scope, errors)
         if output is not None:

@@ -18,7 +18,7 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, cast
 from urllib.parse import urlsplit
 
 from crhelper.local.fc_api import ApiResponse, AsyncSettings, FcApi
@@ -33,7 +33,7 @@ _log = logging.getLogger(__name__)
 
 def _read_chunked(rfile: Any) -> bytes:
     """A chunked body; FcApiError(400) for a malformed chunk size (else the connection just drops)."""
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         line = rfile.readline()
         try:
@@ -144,7 +144,8 @@ class LocalFunctionCompute:
     def endpoint(self) -> str:
         if self._server is None:
             raise RuntimeError("LocalFunctionCompute is not started; call start() first")
-        host, port = self._server.server_address[:2]
+        # An AF_INET server's address is always (host, port); the stub also allows AF_UNIX bytes.
+        host, port = cast("tuple[str, int]", self._server.server_address[:2])
         return f"http://{host}:{port}"
 
     def register(self, service: str, function: str, handler: str, timeout: float = 60,

@@ -246,8 +246,8 @@ class MnsApi:
             raise invalid_argument("The value of MessageBody should between 1 and 65536 seconds/bytes.")
         message, targets = self.broker.publish(topic, text, fields.get("MessageTag", ""))
         self.pusher.deliver(message, targets)
-        fields = [("MessageId", message.message_id), ("MessageBodyMD5", message.body_md5)]
-        return Reply(201, mns_xml.render("Message", fields))
+        return Reply(201, mns_xml.render("Message", [("MessageId", message.message_id),
+                                                     ("MessageBodyMD5", message.body_md5)]))
 
     def _subscription(self, method: str, topic: str, name: str, query: dict[str, str], body: bytes) -> Reply:
         if method == "PUT" and query.get("metaoverride") == "true":
@@ -352,7 +352,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             check_request(self.command, self.path, headers, body, owner.credentials, time.time())
             query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
-            reply = owner.api.handle(self.command, split.path, query, headers, body)
+            reply = owner.started_api.handle(self.command, split.path, query, headers, body)
         except MnsError as exc:
             reply = Reply(exc.status, mns_xml.render_error(exc.code, exc.message, request_id, owner.host_id))
         except mns_xml.MalformedXML as exc:
@@ -500,6 +500,13 @@ class LocalMNS:
         if self._identity is None:
             raise RuntimeError("LocalMNS is not started")
         return self._identity.cert_pem
+
+    @property
+    def started_api(self) -> MnsApi:
+        """The request router; start() sets it before the server begins serving."""
+        if self.api is None:
+            raise RuntimeError("LocalMNS is not started")
+        return self.api
 
     @property
     def credentials(self) -> dict[str, str]:

@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 from urllib.parse import parse_qs, urlsplit
 
 from ..invariants import body_violations, header_violations
@@ -79,7 +79,8 @@ class ResponseServer:
     # lifecycle -----------------------------------------------------------------
     @property
     def base_url(self) -> str:
-        host, port = self._httpd.server_address[:2]
+        # An AF_INET server's address is always (host, port); the stub also allows AF_UNIX bytes.
+        host, port = cast("tuple[str, int]", self._httpd.server_address[:2])
         return f"{self.scheme}://{host}:{port}"
 
     def start(self) -> "ResponseServer":

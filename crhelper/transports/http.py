@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hmac
 import json
 import threading
@@ -444,7 +445,7 @@ class HttpApp:
             event = envelope.body
             if self._pool is None:
                 self._run(event)
-            elif not self._pool.submit(lambda event=event: self._run(event)):
+            elif not self._pool.submit(functools.partial(self._run, event)):
                 raise HttpRefusal(self.config.overload_status, "Overloaded", "-", "all workers are busy; MNS will retry")
             accepted += 1
         return _json_reply(self.config.ack_status, {"Accepted": accepted, "MessageId": verdict.message_id})

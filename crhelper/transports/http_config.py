@@ -98,15 +98,15 @@ class EndpointConfig:
     def with_secrets_from_env(self, env: Mapping[str, str] | None = None) -> "EndpointConfig":
         """A copy with SignKey and auth credentials read from the environment where they are set."""
         env = os.environ if env is None else env
-        changes: dict[str, object] = {}
-        if env.get(ENV_SIGN_KEY):
-            changes["sign_key"] = env[ENV_SIGN_KEY]
-        if env.get(ENV_BEARER_TOKEN):
-            changes["bearer_token"] = env[ENV_BEARER_TOKEN]
+        sign_key = env.get(ENV_SIGN_KEY) or self.sign_key
+        bearer_token = env.get(ENV_BEARER_TOKEN) or self.bearer_token
+        basic_auth = self.basic_auth
         basic = env.get(ENV_BASIC_AUTH)
         if basic:
             user, sep, password = basic.partition(":")
             if not sep or not user:
                 raise EndpointConfigError(f"{ENV_BASIC_AUTH}: must be user:password")
-            changes["basic_auth"] = (user, password)
-        return replace(self, **changes) if changes else self
+            basic_auth = (user, password)
+        if not (env.get(ENV_SIGN_KEY) or env.get(ENV_BEARER_TOKEN) or basic):
+            return self
+        return replace(self, sign_key=sign_key, bearer_token=bearer_token, basic_auth=basic_auth)

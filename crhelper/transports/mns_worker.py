@@ -234,7 +234,7 @@ class QueueWorker:
     def run_forever(self) -> int:
         """Run until SIGTERM or SIGINT, then stop gracefully; returns the process exit code (0)."""
         requested = threading.Event()
-        previous: dict[int, Any] = {}
+        previous: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous[sig] = signal.signal(sig, lambda signum, frame: requested.set())

@@ -247,9 +247,12 @@ class ControllerThread:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
-        server = site._server  # noqa: SLF001 - aiohttp exposes no public getter for the bound port
-        if server is not None and server.sockets:
-            self.port = server.sockets[0].getsockname()[1]
+        # aiohttp < 3.12 exposes no public getter for the bound port; it annotates _server as
+        # AbstractServer, whose stub lacks the `sockets` that the asyncio.Server it holds has.
+        server = site._server  # noqa: SLF001
+        sockets = server.sockets if server is not None else []  # type: ignore[attr-defined]
+        if sockets:
+            self.port = int(sockets[0].getsockname()[1])
 
     def start(self) -> "ControllerThread":
         self._thread.start()

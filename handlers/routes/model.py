@@ -173,20 +173,36 @@ class Route:
         if not isinstance(body, dict):
             raise DecodeError("route: expected a JSON object")
         raw = _fold_keys(body, cls.FIELDS)
-        strings = {
-            name: _go_string(raw.get(name), name)
-            for name in ("type", "id", "parent_ref", "service", "created_at", "updated_at",
-                         "domain", "path", "tls_cert", "tls_key")
-        }
-        bools = {
-            name: _go_bool(raw.get(name), name)
-            for name in ("leader", "drain_backends", "sticky", "disable_keep_alives")
-        }
+
+        def string(name: str) -> str:
+            return _go_string(raw.get(name), name)
+
+        def boolean(name: str) -> bool:
+            return _go_bool(raw.get(name), name)
+
+        # Decode in the same field order as before so the first bad field is the one reported.
+        type_, id_, parent_ref, service = string("type"), string("id"), string("parent_ref"), string("service")
+        created_at, updated_at = string("created_at"), string("updated_at")
+        domain, path, tls_cert, tls_key = string("domain"), string("path"), string("tls_cert"), string("tls_key")
+        leader, drain_backends = boolean("leader"), boolean("drain_backends")
+        sticky, disable_keep_alives = boolean("sticky"), boolean("disable_keep_alives")
         return cls(
             port=_go_int32(raw.get("port"), "port"),
             certificate=Certificate.from_json(raw.get("certificate")),
-            **strings,
-            **bools,
+            type=type_,
+            id=id_,
+            parent_ref=parent_ref,
+            service=service,
+            created_at=created_at,
+            updated_at=updated_at,
+            domain=domain,
+            path=path,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            leader=leader,
+            drain_backends=drain_backends,
+            sticky=sticky,
+            disable_keep_alives=disable_keep_alives,
         )
 
     def to_json(self, *, include_key: bool = True) -> dict[str, Any]:

@@ -8,6 +8,7 @@ route and backend changes apply without a restart.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import re
@@ -100,7 +101,9 @@ class Router:
         assert self._runner is not None
         site = web.TCPSite(self._runner, self.host, port, ssl_context=ssl_context)
         await site.start()
-        sockets = site._server.sockets if site._server else []  # noqa: SLF001 - aiohttp exposes no public getter
+        # aiohttp < 3.12 exposes no public getter for the bound port; it annotates _server as
+        # AbstractServer, whose stub lacks the `sockets` that the asyncio.Server it holds has.
+        sockets = site._server.sockets if site._server else []  # type: ignore[attr-defined]  # noqa: SLF001
         return int(sockets[0].getsockname()[1])
 
     def _server_tls_context(self) -> ssl.SSLContext:
@@ -198,7 +201,7 @@ class Router:
                 continue
             try:
                 self._tcp_servers[port] = await asyncio.start_server(
-                    lambda r, w, p=port: self.handle_tcp(p, r, w), self.tcp_host, port)
+                    functools.partial(self.handle_tcp, port), self.tcp_host, port)
             except OSError as exc:
                 log.error("tcp route port %d not served: %s", port, exc)
 
@@ -295,13 +298,14 @@ class Router:
             for backend in order:
                 host, _, bport = backend.addr.rpartition(":")
                 try:
-                    up_reader, up_writer = await asyncio.wait_for(
+                    up_reader, connected = await asyncio.wait_for(
                         asyncio.open_connection(host, int(bport)), DIAL_TIMEOUT)
                 except (OSError, asyncio.TimeoutError, ValueError):
                     continue
+                up_writer = connected
                 self.inflight[backend.addr] = self.inflight.get(backend.addr, 0) + 1
                 try:
-                    await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+                    await asyncio.gather(_pipe(reader, connected), _pipe(up_reader, writer))
                 finally:
                     self.inflight[backend.addr] -= 1
                 return

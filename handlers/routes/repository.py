@@ -315,7 +315,8 @@ class RouteRepository:
         ascending: bool = False,
     ) -> list[Event]:
         """Flynn's ``/events`` filters; newest first unless ``ascending`` (stream replay)."""
-        sql, args = "SELECT * FROM events WHERE 1=1", []
+        sql = "SELECT * FROM events WHERE 1=1"
+        args: list[str | int] = []
         if app_id:
             sql += " AND app = ?"
             args.append(app_id)
