@@ -193,23 +193,23 @@ class SqliteStore:
                 self._write(conn, current, to_write)
             return result
 
-    def renew(self, key: IdempotencyKey, owner: str, lease_seconds: float) -> bool:
+    def _apply(
+        self, key: IdempotencyKey, step: Callable[[IdempotencyRecord | None, float], IdempotencyRecord | None]
+    ) -> bool:
+        """Read, decide with a pure transition, write: one immediate transaction; False if it refuses."""
         with self._transaction() as conn:
             current = self._read(conn, key)
-            new = transitions.renewed(current, owner, self._clock(), lease_seconds)
+            new = step(current, self._clock())
             if new is None:
                 return False
             self._write(conn, current, new)
             return True
 
+    def renew(self, key: IdempotencyKey, owner: str, lease_seconds: float) -> bool:
+        return self._apply(key, lambda current, now: transitions.renewed(current, owner, now, lease_seconds))
+
     def complete(self, key: IdempotencyKey, owner: str, response: dict[str, Any]) -> bool:
-        with self._transaction() as conn:
-            current = self._read(conn, key)
-            new = transitions.completed(current, owner, self._clock(), response)
-            if new is None:
-                return False
-            self._write(conn, current, new)
-            return True
+        return self._apply(key, lambda current, now: transitions.completed(current, owner, now, response))
 
     def get(self, key: IdempotencyKey) -> IdempotencyRecord | None:
         with self._lock:
