@@ -74,7 +74,9 @@ class Lifecycle:
         request = dataclasses.replace(request, started_at=started)
         return self._step(operation_id, key, request, raw, None, run, reentry)
 
-    def process_in_band(self, request: Request, run: Step, wait_until: float | None) -> dict[str, Any]:
+    def process_in_band(
+        self, request: Request, run: Callable[[Request], dict[str, Any]], wait_until: float | None
+    ) -> dict[str, Any]:
         """For replies in the HTTP body (`web[sync]`): run once per request, and answer duplicates with
         the stored response, waiting for one still in flight until `wait_until` (time.monotonic())."""
         key = IdempotencyKey(request.stack_id, request.request_id, request.logical_resource_id)
@@ -94,9 +96,6 @@ class Lifecycle:
                 time.sleep(IN_FLIGHT_POLL)
             return failed_for(request, "a previous delivery of this request is still running; ROS may retry it")
         outcome = run(request)
-        if isinstance(outcome, InProgress):
-            outcome = failed_for(request, "the handler returned InProgress but this delivery path replies in-band "
-                                          "and cannot call it again later; use an asynchronous ServiceToken")
         return self._finish(operation_id, key, None, body=outcome) or outcome
 
     def resume(self, operation_id: str, run: Step, reentry: Reentry | None) -> tuple[Request, dict[str, Any]] | None:

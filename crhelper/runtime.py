@@ -139,16 +139,21 @@ def answer(
         return parsed
     request = parsed
     public, intranet = request.response_url, request.intranet_response_url
-    run = guarded_runner(registry, settings, deadline, margin)
+    guarded = guarded_runner(registry, settings, deadline, margin)
+
+    def run(request: Request) -> dict[str, Any]:
+        """An in-band reply cannot be continued later: InProgress becomes a FAILED that says so."""
+        outcome = guarded(request)
+        if isinstance(outcome, InProgress):
+            return failed_for(request, "the handler returned InProgress but this delivery path replies in-band "
+                                       "and cannot call it again later; use an asynchronous ServiceToken")
+        return outcome
+
     if lifecycle is not None:
         with request_context(request.log_fields()):
             body = lifecycle.process_in_band(request, run, deadline - margin if deadline is not None else None)
         return Answer(body, request, public, intranet)
-    outcome = run(request)
-    if isinstance(outcome, InProgress):
-        outcome = failed_for(request, "the handler returned InProgress but this delivery path replies in-band "
-                                      "and cannot call it again later; use an asynchronous ServiceToken")
-    return Answer(outcome, request, public, intranet)
+    return Answer(run(request), request, public, intranet)
 
 
 def send(answer_: Answer, settings: Settings, deadline: float | None = None) -> outbound.DeliveryReport:
