@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 #: shared store). In memory: a file in /tmp would be just as private and slower.
 FC_INSTANCE_STORE = "sqlite://:memory:"
 DEFAULT_LOCAL_STEP_LEASE = 60.0
+#: Stands for "the store object given in code" where a URL is expected.
+GIVEN_STORE = "<given store object>"
 RECOVERY_INTERVAL = 60.0
 #: Added to the function timeout when it sets the step lease: covers clock skew between instances.
 FC_LEASE_SLACK = 5.0
@@ -50,9 +52,16 @@ class ProviderServices:
         self._scheduler: LocalScheduler | None = None
         self._last_recovery = 0.0
 
+    def _given_store(self) -> "Store | None":
+        """A store object passed to Provider(store=...): used as is, and owned (closed) by the caller."""
+        explicit = self._provider._store
+        return None if explicit is None or isinstance(explicit, str) else explicit
+
     def _url(self, settings: Settings) -> tuple[str, bool]:
         """The store URL and whether it is the instance-private FC default."""
         explicit = self._provider._store
+        if self._given_store() is not None:
+            return GIVEN_STORE, False
         if isinstance(explicit, str):
             return explicit, False
         if settings.store_url:
@@ -62,8 +71,7 @@ class ProviderServices:
         return _default_url(os.environ.get("CRHELPER_HOME")), False
 
     def lifecycle(self, settings: Settings) -> "Lifecycle | None":
-        explicit = self._provider._store
-        url, _ = self._url(settings) if explicit is None or isinstance(explicit, str) else ("<object>", False)
+        url, _ = self._url(settings)
         if url.strip().lower() == "none":
             return None
         with self._lock:
@@ -71,7 +79,8 @@ class ProviderServices:
                 from .lifecycle import Lifecycle
                 from .store import open_store
 
-                store = explicit if explicit is not None and not isinstance(explicit, str) else open_store(url)
+                given = self._given_store()
+                store = given if given is not None else open_store(url)
                 self._store, self._store_url = store, url
                 lease = settings.step_lease or DEFAULT_LOCAL_STEP_LEASE
                 self._lifecycle = Lifecycle(
@@ -184,7 +193,7 @@ class ProviderServices:
         with self._lock:
             if self._scheduler is scheduler:
                 self._scheduler = None
-            if self._store is not None and not (self._provider._store is not None and not isinstance(self._provider._store, str)):
+            if self._store is not None and self._given_store() is None:
                 self._store.close()
             self._store = None
             self._lifecycle = None
