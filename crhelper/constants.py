@@ -29,3 +29,8 @@ NOTHING_CREATED_IDS = frozenset({"", "-", CREATE_FAILED_MARKER})
 REQUIRED_FIELDS = ("RequestType", "RequestId", "StackId", "LogicalResourceId", "ResourceType")
 #: The two names ROS documents for the internal-network callback URL.
 INTRANET_URL_FIELDS = ("IntranetResponseURL", "InnerResponseURL")
+
+#: The deepest nesting (levels of objects and arrays) accepted in one request field or one Data value.
+#: Deeper input is refused with an error naming the field, before anything walks it recursively
+#: (json, pydantic, deepcopy all recurse; Python's limit is about 1,000 frames).
+MAX_NESTING_DEPTH = 100

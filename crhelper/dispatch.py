@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import traceback
+from dataclasses import dataclass
 from typing import Any
 
 from .constants import CREATE, DELETE, NOTHING_CREATED_IDS, UPDATE
@@ -28,6 +29,24 @@ from .response import (
 )
 
 _log = get_logger("dispatch")
+
+
+@dataclass(frozen=True)
+class Orphaned:
+    """A FAILED Create whose handler did produce a resource (its answer could not be sent as is):
+    the lifecycle records `physical_id` so that the Delete that follows cleans it up."""
+
+    body: dict[str, Any]
+    physical_id: str
+
+
+def plain(outcome: "dict[str, Any] | InProgress | Orphaned") -> "dict[str, Any] | InProgress":
+    """The body to send, where nothing records what a failed Create left behind."""
+    if isinstance(outcome, Orphaned):
+        _log.warning("a Create failed after its handler produced a resource; with no store it is not "
+                     "tracked for the Delete that follows", extra={"fields": {"PhysicalResourceId": outcome.physical_id}})
+        return outcome.body
+    return outcome
 
 
 def failed_for(request: Request, reason: str, secrets: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
@@ -57,10 +76,9 @@ def _call(registration: Any, request: Request, props: Any, old: Any) -> Any:
 
 def _log_exception(exc: BaseException, secrets: list[str]) -> None:
     """The traceback goes to the log (not the Reason), with secret values masked."""
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
+    from .response import mask_secrets  # the same masking as the Reason: repr-, JSON- and URL-escaped forms too
+
+    text = mask_secrets("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), secrets)
     _log.error("handler raised", extra={"fields": {"traceback": text}})
 
 
@@ -68,7 +86,7 @@ def _log_exception(exc: BaseException, secrets: list[str]) -> None:
 MAX_POLL_DELAY = 3600.0
 
 
-def _interpret(request: Request, returned: Any, secrets: list[str]) -> dict[str, Any] | InProgress:
+def _interpret(request: Request, returned: Any, secrets: list[str]) -> "dict[str, Any] | InProgress | Orphaned":
     if returned is None:
         returned = Result()
     if isinstance(returned, InProgress):
@@ -80,25 +98,31 @@ def _interpret(request: Request, returned: Any, secrets: list[str]) -> dict[str,
             f"{request.request_type} handler returned {type(returned).__name__}; return crhelper.Result(...) or None",
             secrets,
         )
-    if returned.data is not None:
-        problem = data_problem(returned.data)
-        if problem:
-            return failed_for(request, problem, secrets)
     if request.request_type == CREATE:
         physical_id = returned.physical_id if returned.physical_id is not None else default_physical_id(request)
         problem = physical_id_problem(physical_id)
         if problem:
             return failed_for(request, f"Create handler returned an invalid id: {problem}", secrets)
-    else:
-        physical_id = request.physical_resource_id or ""
-        if returned.physical_id is not None and returned.physical_id != physical_id:
-            return failed_for(
-                request,
-                f"{request.request_type} handler returned PhysicalResourceId {returned.physical_id!r} but the resource is "
-                f"{physical_id!r}; ROS forbids changing it. Keep the id (return Result(physical_id=None)) or model a "
-                "replacement as a new resource with a new logical id.",
-                secrets,
-            )
+        problem = data_problem(returned.data) if returned.data is not None else None
+        if problem:
+            return Orphaned(failed_for(request, problem, secrets), physical_id)
+        body = fit_to_limit(success_body(request, physical_id, returned.data))
+        if body.get("Status") != "SUCCESS":  # Data too large: the resource exists all the same
+            return Orphaned({**body, "PhysicalResourceId": failed_physical_id(CREATE, None)}, physical_id)
+        return body
+    if returned.data is not None:
+        problem = data_problem(returned.data)
+        if problem:
+            return failed_for(request, problem, secrets)
+    physical_id = request.physical_resource_id or ""
+    if returned.physical_id is not None and returned.physical_id != physical_id:
+        return failed_for(
+            request,
+            f"{request.request_type} handler returned PhysicalResourceId {returned.physical_id!r} but the resource is "
+            f"{physical_id!r}; ROS forbids changing it. Keep the id (return Result(physical_id=None)) or model a "
+            "replacement as a new resource with a new logical id.",
+            secrets,
+        )
     return fit_to_limit(success_body(request, physical_id, returned.data))
 
 
@@ -108,12 +132,14 @@ def progress_problem(progress: InProgress) -> str | None:
         return f"InProgress.delay must be a number of seconds from 0 to {MAX_POLL_DELAY:.0f}, got {progress.delay!r}"
     try:
         json.dumps(progress.state, allow_nan=False)
+    except RecursionError:
+        return "InProgress.state is nested too deeply to be stored"
     except (TypeError, ValueError) as exc:
         return f"InProgress.state must be JSON-serialisable: {exc}"
     return None
 
 
-def dispatch(registry: Registry, request: Request, default_type: str | None) -> dict[str, Any] | InProgress:
+def dispatch(registry: Registry, request: Request, default_type: str | None) -> "dict[str, Any] | InProgress | Orphaned":
     """The response body for `request`, or the InProgress its handler returned.
     Never raises for anything the handler or the input does."""
     # Before the type check: a Create refused for an unknown type must not also block its rollback Delete.
@@ -146,7 +172,7 @@ def dispatch(registry: Registry, request: Request, default_type: str | None) -> 
             old = validate(model, request.old_properties or {}, "OldResourceProperties")
             secrets += secret_values(old)
         returned = _call(registration, request, props, old)
-    except (Exception, SystemExit) as exc:  # sys.exit() in a handler must not end the worker without an answer
+    except BaseException as exc:  # sys.exit(), KeyboardInterrupt, CancelledError: still one answer
         if not isinstance(exc, Failure):
             _log_exception(exc, secrets)
         return failed_for(request, exception_reason(exc), secrets)

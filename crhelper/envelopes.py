@@ -15,6 +15,9 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from .constants import MAX_NESTING_DEPTH
+from .request import NestedTooDeeply, load_json
+
 __all__ = [
     "Envelope",
     "BodyDecodeError",
@@ -102,7 +105,9 @@ def unwrap_event(event: Event) -> list[Envelope]:
         if text.startswith("<"):
             return [_from_xml_notification(text)]
         try:
-            value: Any = json.loads(text)
+            value: Any = load_json(text, salvage=True)
+        except NestedTooDeeply:
+            return [_failed(SOURCE_UNKNOWN, None, event, f"event is nested too deeply (limit {MAX_NESTING_DEPTH} levels)")]
         except ValueError:
             # STREAM form may carry a base64 body; anything else is undecodable.
             return [_decoded(SOURCE_MNS_TOPIC_STREAM, None, text, {})]
@@ -191,7 +196,7 @@ def _failed(source: str, message_id: str | None, raw: Any, error: str, attrs: di
     if isinstance(raw, (bytes, bytearray)):
         data = bytes(raw)
     elif isinstance(raw, str):
-        data = raw.encode("utf-8", "replace")
+        data = raw.encode("utf-8", "backslashreplace")
     else:
         data = _dump(raw)
     return Envelope(source, message_id, data, error, dict(attrs or {}))
@@ -213,7 +218,9 @@ def _local_name(tag: str) -> str:
 
 def _json_object(text: str) -> dict:
     try:
-        value = json.loads(text)
+        value = load_json(text, salvage=True)  # a too-deep field stays a placeholder: the request can still be answered
+    except NestedTooDeeply:
+        raise BodyDecodeError(f"message body is nested too deeply (limit {MAX_NESTING_DEPTH} levels)") from None
     except ValueError as exc:
         raise BodyDecodeError(f"message body is not valid JSON ({exc.__class__.__name__})") from None
     if not isinstance(value, dict):
@@ -236,6 +243,10 @@ def _opt_str(value: Any) -> str | None:
 
 def _dump(value: Any) -> bytes:
     try:
-        return json.dumps(value, ensure_ascii=False, default=str).encode("utf-8")
-    except (TypeError, ValueError):
-        return repr(value).encode("utf-8")
+        return json.dumps(value, ensure_ascii=False, default=str).encode("utf-8", "backslashreplace")
+    except (TypeError, ValueError, RecursionError):
+        pass
+    try:
+        return repr(value).encode("utf-8", "backslashreplace")
+    except RecursionError:  # repr() recurses as deeply as json.dumps
+        return f"<{type(value).__name__} nested too deeply to show>".encode("utf-8")

@@ -8,12 +8,13 @@ Or bind a spec in code: `handler = crhelper.fc.lazy_handler("mypackage.module:pr
 from __future__ import annotations
 
 import importlib
-import json
 import os
+import time
 import traceback
 from typing import Any, Callable
 
-from .config import Settings
+from .config import ConfigError, Settings
+from .invocation import Outcome, answer_invocation
 from .logs import configure, get_logger
 from .runtime import answer_failure
 
@@ -43,10 +44,13 @@ def load_provider(spec: str) -> Any:
 
 
 def lazy_handler(spec: str | None = None) -> Callable[[Any, Any], str]:
-    """An FC handler that imports the provider on first use and answers FAILED on every request if that fails."""
+    """An FC handler that imports the provider on first use and answers FAILED on every request if that fails.
+
+    The invocation's clock starts before the import, so a slow import still leaves time to answer."""
     state: dict[str, Any] = {}
 
     def handler(event: Any, context: Any = None) -> str:
+        started = time.monotonic()
         if "provider" not in state and "error" not in state:
             target = spec or os.environ.get("CRHELPER_PROVIDER", "")
             try:
@@ -58,12 +62,34 @@ def lazy_handler(spec: str | None = None) -> Callable[[Any, Any], str]:
                 configure()
                 _log.error("provider import failed", extra={"fields": {"traceback": traceback.format_exc()}})
         if "error" in state:
-            configure()
-            result, _ = answer_failure(event, state["error"], Settings.from_env())
-            return json.dumps(result.body or {"Status": "FAILED", "Reason": state["error"]})
-        return state["provider"].fc_handler(event, context)
+            return answer_without_provider(event, state["error"])
+        provider = state["provider"]
+        try:
+            return str(provider.fc_handler(event, context, started=started))
+        except TypeError as exc:  # a Provider-like object whose fc_handler takes no `started`
+            if "started" not in str(exc):
+                raise
+            return str(provider.fc_handler(event, context))
 
     return handler
+
+
+def answer_without_provider(event: Any, reason: str) -> str:
+    """Answer every request in the invocation (direct or in MNS envelopes) FAILED with `reason`."""
+    configure()
+    try:
+        settings = Settings.from_env()
+    except ConfigError as exc:  # a second problem must not silence the first: answer with defaults
+        _log.error("configuration invalid as well", extra={"fields": {"error": str(exc)}})
+        settings = Settings()
+
+    def fail(body: Any) -> Outcome:
+        result, report = answer_failure(body, reason, settings)
+        if result.body is None:
+            return Outcome({"Status": "FAILED", "Reason": reason}, False, result.error)
+        return Outcome(result.body, report.delivered, report.error)
+
+    return answer_invocation(event, fail)
 
 
 handler = lazy_handler()

@@ -1,24 +1,46 @@
 """Idempotent and resumable handling: every request is claimed in the store before its handler runs,
 and a handler that returns InProgress is continued later from a stored continuation.
 
-The operation's id is both the idempotency record's owner and the continuation's id, so whoever
-resumes the operation (another process, after a crash) owns the record and can complete it.
+The rules, all enforced here on top of the store's atomic primitives:
+
+* A delivery first stores its request as a continuation (attempt 0), then claims the request. The
+  continuation's id is the claim's owner, so whoever resumes it owns the record and can complete it.
+* A step holds its continuation: `holder` names the process and `next_run_at` is the end of a short
+  lease that the process renews while the handler runs and while its answer is sent. A holder that
+  dies stops renewing; one on this machine whose process is gone is known dead at once.
+* A duplicate that finds the request in flight either takes the operation over (its holder is dead,
+  or its lease lapsed), or leaves a follow-up that checks again when the lease ends: a re-entry of
+  the operation, or, where none can be scheduled, `retry_after` for the transport. It never vanishes.
+* Recovery (scheduler, FC time trigger, worker) resumes every due continuation: abandoned first
+  steps as well as long operations between polls.
+* The answer is recorded before it is sent, and the continuation is removed (or kept as a finished
+  marker for operations that were re-entered) only after the send: a process that dies between the
+  two leaves a continuation whose lease lapses, and recovery sends the recorded answer.
+* A Create that fails after its handler produced a resource (bad Data, or a handler that finished
+  after its timeout FAILED) records that resource; the Delete that follows, carrying the
+  failed-Create marker or no id, calls the handler's delete with it (see `_orphan_key`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from .dispatch import failed_for, exception_reason
+from . import holder
+from .constants import CREATE, DELETE, NOTHING_CREATED_IDS
+from .dispatch import Orphaned, exception_reason, failed_for
 from .logs import get_logger, request_context
 from .reentry import Reentry
 from .registry import Registry
 from .request import Request, parse_request
 from .response import InProgress, fit_to_limit
-from .store import ClaimStatus, Continuation, IdempotencyKey, RecordState, Store, new_continuation_id
-from .store.base import FINISHED_ATTEMPT
+from .store import ClaimStatus, Continuation, IdempotencyKey, IdempotencyRecord, RecordState, Store, new_continuation_id
+from .store.base import DELIVERED_ATTEMPT, FINISHED_ATTEMPT
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 _log = get_logger("lifecycle")
 
@@ -26,8 +48,102 @@ _log = get_logger("lifecycle")
 IN_FLIGHT_POLL = 0.1
 #: A re-entry arriving this early is still accepted (timers and FC's delay are not exact).
 EARLY_TOLERANCE = 1.0
+#: A follow-up fires this long after the lease it waits for ends.
+FOLLOW_UP_SLACK = 0.5
+#: How many failed Creates of one logical resource in one stack are remembered for their Delete.
+ORPHAN_SLOTS = 8
+#: How often a Delete waiting for a timed-out Create's handler checks on it.
+ORPHAN_POLL = 0.2
 
-Step = Callable[[Request], "dict[str, Any] | InProgress"]
+Step = Callable[[Request], "dict[str, Any] | InProgress | Orphaned"]
+
+
+@dataclasses.dataclass
+class Verdict:
+    """What the lifecycle decided for one delivery: the body to send now (None: nothing), and the
+    call to make once it was sent (`settle`), which ends the step's hold on its continuation."""
+
+    body: dict[str, Any] | None
+    request: Request | None = None
+    #: Nothing was sent and no follow-up could be left: the request is in flight in a process that
+    #: may be alive; a transport that can (a queue keeping its message) should try again after this.
+    retry_after: float | None = None
+    on_settle: Callable[[bool], None] | None = dataclasses.field(default=None, repr=False)
+
+    def settle(self, delivered: bool) -> None:
+        """Report whether the body reached the ResponseURL; only the first call counts."""
+        callback, self.on_settle = self.on_settle, None
+        if callback is not None:
+            try:
+                callback(delivered)
+            except Exception as exc:  # the answer went out; a stale marker only costs a re-check later
+                _log.error("could not record the delivery in the store", extra={"fields": {"error": exception_reason(exc)}})
+
+
+def key_of(request: Request) -> IdempotencyKey:
+    """One record per StackId + RequestId + LogicalResourceId, and defensively per RequestType."""
+    return IdempotencyKey(request.stack_id, f"{request.request_type}:{request.request_id}", request.logical_resource_id)
+
+
+def _orphan_key(request: Request, slot: int) -> IdempotencyKey:
+    """Where a failed Create of this logical resource records what its handler produced."""
+    return IdempotencyKey(request.stack_id, f"crhelper:orphan:{slot}", request.logical_resource_id)
+
+
+class _Hold:
+    """A step's hold on its continuation; the lifecycle's renewer keeps `continuation` current."""
+
+    def __init__(self, continuation: Continuation) -> None:
+        self.continuation = continuation
+        self.lock = threading.Lock()
+        self.lost = False
+        self.released = False
+
+
+class _Renewer:
+    """One thread per lifecycle renews the leases of every step in progress (a thread per request
+    would cost more than the rest of a warm invocation)."""
+
+    def __init__(self, lifecycle: "Lifecycle", background: bool = True) -> None:
+        self._lifecycle = lifecycle
+        self._holds: dict[str, _Hold] = {}
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._background = background
+
+    def holds(self) -> list[_Hold]:
+        with self._wake:
+            return list(self._holds.values())
+
+    def add(self, hold: _Hold) -> None:
+        with self._wake:
+            self._holds[hold.continuation.id] = hold
+            if self._background and (self._thread is None or not self._thread.is_alive()):
+                self._thread = threading.Thread(target=self._loop, name="crhelper-lease", daemon=True)
+                self._thread.start()
+            self._wake.notify()
+
+    def remove(self, hold: _Hold) -> None:
+        with self._wake:
+            if self._holds.get(hold.continuation.id) is hold:
+                del self._holds[hold.continuation.id]
+
+    def _loop(self) -> None:
+        while True:
+            lease = self._lifecycle.step_lease
+            with self._wake:
+                if not self._holds:
+                    self._wake.wait(lease)
+                    if not self._holds:
+                        self._thread = None
+                        return
+                holds = list(self._holds.values())
+            now = self._lifecycle.clock()
+            for hold in holds:
+                if hold.continuation.next_run_at - now <= lease * 2 / 3:
+                    self._lifecycle.renew(hold)
+            with self._wake:
+                self._wake.wait(max(0.05, lease / 6))
 
 
 class Lifecycle:
@@ -42,44 +158,56 @@ class Lifecycle:
         step_lease: float,
         record_ttl: float,
         clock: Callable[[], float] = time.time,
+        identity: Callable[[], str] = holder.current,
+        is_dead: Callable[[str], bool] = holder.is_dead,
+        renew_in_background: bool = True,
     ) -> None:
+        """`identity`, `is_dead` and `renew_in_background=False` (leases renewed only by explicit
+        `renew(hold)` calls on `holds()`) let a model check simulate several processes in one."""
         self.registry = registry
         self.store = store
         self.default_type = default_type
         self.step_lease = step_lease
         self.record_ttl = record_ttl
         self.clock = clock
+        self.identity = identity
+        self.is_dead = is_dead
+        self._renewer = _Renewer(self, background=renew_in_background)
 
     # entry points ------------------------------------------------------------------------
-    def process(self, request: Request, raw: dict[str, Any], run: Step, reentry: Reentry | None) -> dict[str, Any] | None:
-        """The body to send for a fresh delivery, or None when nothing must be sent now."""
-        key = IdempotencyKey(request.stack_id, request.request_id, request.logical_resource_id)
+    def process(self, request: Request, raw: dict[str, Any], run: Step, reentry: Reentry | None) -> Verdict:
+        """What to send for a fresh delivery (a Verdict whose body is None when nothing is due now)."""
+        key = key_of(request)
         operation_id = new_continuation_id()
-        claim = self.store.claim(key, operation_id, lease_seconds=self.step_lease, ttl_seconds=self.record_ttl)
+        now = self.clock()
+        deadline = now + self._deadline_for(request)
+        mine = Continuation(
+            id=operation_id, request=raw, state=None, attempt=0, started_at=now, deadline=deadline,
+            next_run_at=now + self.step_lease, holder=self.identity(),
+        )
+        # The request is stored before it is claimed: a process dying after the claim leaves
+        # something recovery can find and run again.
+        self.store.put_continuation(mine)
+        claim = self.store.claim(key, operation_id, lease_seconds=(deadline - now) + self.step_lease,
+                                 ttl_seconds=max(self.record_ttl, deadline - now + self.step_lease))
         if claim.status is ClaimStatus.COMPLETED:
+            self.store.delete_continuation(operation_id)
             _log.info("duplicate of a completed request: re-sending the stored response")
-            return claim.record.response
+            return Verdict(claim.record.response, request)
         if claim.status is ClaimStatus.IN_FLIGHT:
-            owner = claim.record.owner
-            continuation = self.store.get_continuation(owner)
-            if continuation is not None and self._due(continuation, self.clock()):
-                _log.warning("duplicate found a stalled operation: resuming it")
-                resumed = self.resume(owner, run, reentry)
-                return resumed[1] if resumed else None
-            _log.info("duplicate while the request is in flight: not run again")
-            return None
+            self.store.delete_continuation(operation_id)
+            return self._in_flight(claim.record, raw, request, run, reentry)
         if claim.status is ClaimStatus.TAKEN_OVER:
             _log.warning("an earlier attempt lost its lease without finishing: running the request again")
-        started = self.clock()
-        request = dataclasses.replace(request, started_at=started)
-        return self._step(operation_id, key, request, raw, None, run, reentry)
+        request = dataclasses.replace(request, started_at=now)
+        return self._step(key, request, self._hold(mine), run, reentry)
 
     def process_in_band(
-        self, request: Request, run: Callable[[Request], dict[str, Any]], wait_until: float | None
+        self, request: Request, run: "Callable[[Request], dict[str, Any] | Orphaned]", wait_until: float | None
     ) -> dict[str, Any]:
         """For replies in the HTTP body (`web[sync]`): run once per request, and answer duplicates with
         the stored response, waiting for one still in flight until `wait_until` (time.monotonic())."""
-        key = IdempotencyKey(request.stack_id, request.request_id, request.logical_resource_id)
+        key = key_of(request)
         operation_id = new_continuation_id()
         claim = self.store.claim(key, operation_id, lease_seconds=self.step_lease, ttl_seconds=self.record_ttl)
         if claim.status is ClaimStatus.COMPLETED and claim.record.response is not None:
@@ -95,11 +223,17 @@ class Lifecycle:
                     break
                 time.sleep(IN_FLIGHT_POLL)
             return failed_for(request, "a previous delivery of this request is still running; ROS may retry it")
-        outcome = run(request)
-        return self._finish(operation_id, key, None, body=outcome) or outcome
+        outcome = self._unwrap_orphan(request, run(request))
+        body = fit_to_limit(outcome) if isinstance(outcome, dict) else failed_for(request, "internal error: no answer")
+        try:
+            self.store.complete(key, operation_id, body)
+        except Exception as exc:
+            _log.error("could not record the answer in the store; replying anyway", extra={"fields": {"error": exception_reason(exc)}})
+        return body
 
-    def resume(self, operation_id: str, run: Step, reentry: Reentry | None) -> tuple[Request, dict[str, Any]] | None:
-        """Continue an operation; only one caller wins the continuation's compare-and-set."""
+    def resume(self, operation_id: str, run: Step, reentry: Reentry | None) -> Verdict | None:
+        """Continue an operation (a scheduled re-entry, a follow-up, recovery); only one caller wins
+        the continuation's compare-and-set. None when there is nothing to do now."""
         continuation = self.store.get_continuation(operation_id)
         if continuation is None:
             _log.info("re-entry for an operation that has already finished: ignored")
@@ -111,60 +245,266 @@ class Lifecycle:
             attempt=max(continuation.attempt, 0),
             started_at=continuation.started_at,
         )
-        key = IdempotencyKey(request.stack_id, request.request_id, request.logical_resource_id)
+        key = key_of(request)
         record = self.store.get(key)
-        if record is None or record.owner != operation_id:
-            # Expired, or taken over by a later delivery that now runs (and answers) the request.
-            _log.warning("continuation no longer owns its request: dropped without running")
-            self.store.delete_continuation(operation_id)
+        if continuation.finished:
+            return self._finished(continuation, request, record, now)
+        if record is None:
+            # Its process died between storing the request and claiming it, or the record expired.
+            claim = self.store.claim(key, operation_id, lease_seconds=max(1.0, continuation.deadline - now) + self.step_lease,
+                                     ttl_seconds=self.record_ttl)
+            if not claim.owns:
+                self.store.delete_continuation(operation_id)
+                return None
+            record = claim.record
+        elif record.owner != operation_id:
+            taken = self._take_from_other(continuation, record, now, reentry)
+            if taken is None:
+                return None
+            record = taken
+        if not self._takeable(continuation, now):
+            if continuation.holder:
+                self._follow_up(operation_id, continuation.next_run_at - now, reentry)
+            else:
+                _log.info("re-entry before the operation is due: ignored")
             return None
-        if record.state is RecordState.COMPLETED:
-            return self._finished(continuation, request, record.response or {}, now)
-        if not self._due(continuation, now):
-            _log.info("re-entry before the operation is due or while a step holds it: ignored")
-            return None
-        held = dataclasses.replace(continuation, next_run_at=now + self.step_lease)
+        if continuation.holder:
+            _log.warning("resuming an operation whose step was abandoned (its process died or its lease lapsed)")
+        held = dataclasses.replace(continuation, next_run_at=now + self.step_lease, holder=self.identity())
         if not self.store.update_continuation(held, continuation.version):
             _log.info("another process took this step: ignored")
             return None
-        held = dataclasses.replace(held, version=continuation.version + 1)
+        hold = self._hold(dataclasses.replace(held, version=continuation.version + 1))
         with request_context(request.log_fields()):
+            if record.state is RecordState.COMPLETED:
+                # Recorded by this operation, but its process died before the answer was sent.
+                _log.warning("sending the recorded answer of an operation whose process died before sending it")
+                return Verdict(record.response, request, on_settle=lambda delivered: self._settle(hold, delivered))
             if now >= continuation.deadline:
-                body = self._timed_out(operation_id, key, request, held)
-            else:
-                body = self._step(operation_id, key, request, continuation.request, held, run, reentry)
-        return (request, body) if body is not None else None
+                return self._timed_out(key, request, hold)
+            return self._step(key, request, hold, run, reentry)
 
-    def _finished(
-        self, continuation: Continuation, request: Request, body: dict[str, Any], now: float
-    ) -> tuple[Request, dict[str, Any]] | None:
-        """A re-entry after completion re-sends the stored answer (its first send may have been lost);
-        the marker itself is removed once it is due, i.e. when duplicates are no longer expected."""
-        if continuation.finished and now >= continuation.next_run_at:
-            self.store.delete_continuation(continuation.id)
-            return None
-        if not continuation.finished and not self._mark_finished(continuation, continuation.version):
-            return None  # another process is re-sending it
-        _log.info("re-entry of a completed operation: re-sending the stored response")
-        return request, body
-
-    def _mark_finished(self, continuation: Continuation, version: int) -> bool:
-        marker = dataclasses.replace(continuation, attempt=FINISHED_ATTEMPT, next_run_at=self.clock() + self.record_ttl)
-        return self.store.update_continuation(marker, version)
-
-    def recover(self, run: Step, reentry: Reentry | None, limit: int = 50) -> list[tuple[Request, dict[str, Any]]]:
-        """Resume operations whose process died (their step lease ran out); returns bodies to send."""
+    def recover(self, run: Step, reentry: Reentry | None, limit: int = 50) -> list[Verdict]:
+        """Resume operations whose process died (their step lease ran out) or that are overdue;
+        returns the verdicts whose bodies the caller sends (and settles)."""
         finished = []
-        for continuation in self.store.due_continuations(self.clock() - EARLY_TOLERANCE, limit):
-            resumed = self.resume(continuation.id, run, reentry)
-            if resumed is not None:
+        now = self.clock()
+        # Held steps are looked at a lease ahead: a holder of this machine that died is taken over
+        # at once, not when its lease ends.
+        candidates = self.store.due_continuations(now + self.step_lease, limit)
+        for continuation in candidates:
+            if continuation.finished:
+                if continuation.next_run_at > now:
+                    continue
+            elif not (continuation.next_run_at <= now - EARLY_TOLERANCE
+                      or (continuation.holder and self._takeable(continuation, now))):
+                continue
+            try:
+                resumed = self.resume(continuation.id, run, reentry)
+            except Exception:
+                _log.exception("recovering an operation failed")
+                continue
+            if resumed is not None and resumed.body is not None:
                 finished.append(resumed)
         return finished
 
+    def give_up(self, request: Request, reason: str) -> Verdict | None:
+        """Answer FAILED for a request whose handler this process cannot let finish (the server stops,
+        the handler thread was interrupted). The FAILED is recorded as the request's answer under its
+        owner first, so the handler finishing later, a duplicate or recovery does not answer again. An
+        operation that was already re-entered is left alone: recovery resumes it from the store.
+        None when nothing must be sent (it finished, or continues from the store)."""
+        key = key_of(request)
+        body = failed_for(request, reason)
+        record = self.store.get(key)
+        if record is None:
+            return Verdict(body, request)  # never claimed: nothing else will answer it
+        if record.state is RecordState.COMPLETED:
+            return None
+        continuation = self.store.get_continuation(record.owner)
+        if continuation is not None and (continuation.attempt > 0 or continuation.finished):
+            return None
+        if (continuation is not None and continuation.holder and continuation.holder != self.identity()
+                and not self.is_dead(continuation.holder)):
+            return None  # another live process runs it: that one answers
+        if not self.store.complete(key, record.owner, body):
+            return None  # finished or taken over meanwhile: that answer stands
+        for hold in self.holds():
+            if hold.continuation.id == record.owner:
+                self._release(hold)
+        self.store.delete_continuation(record.owner)
+        return Verdict(body, request)
+
+    def abandoned(self, request: Request, future: "Future[Any]") -> None:
+        """A Create's handler is still running after its FAILED for lack of time: whatever it
+        produces is recorded, so the Delete that follows can clean it up (and waits for it)."""
+        if request.request_type != CREATE:
+            return
+        owner = new_continuation_id()
+        slot = self._claim_orphan(request, owner, lease=self._deadline_for(request) + self.step_lease)
+        if slot is None:
+            return
+
+        def done(finished: "Future[Any]") -> None:
+            physical_id = None
+            try:
+                outcome = finished.result()
+            except BaseException:
+                outcome = None
+            if isinstance(outcome, Orphaned):
+                physical_id = outcome.physical_id
+            elif isinstance(outcome, dict) and outcome.get("Status") == "SUCCESS":
+                physical_id = outcome.get("PhysicalResourceId")
+            if physical_id:
+                _log.warning("a Create that was answered FAILED for lack of time finished later; "
+                             "its resource is recorded for the Delete that follows",
+                             extra={"fields": {**request.log_fields(), "PhysicalResourceId": physical_id}})
+            self._record_orphan(request, slot, owner, physical_id)
+
+        future.add_done_callback(done)
+
+    # the hold --------------------------------------------------------------------------------
+    def _hold(self, continuation: Continuation) -> _Hold:
+        hold = _Hold(continuation)
+        self._renewer.add(hold)
+        return hold
+
+    def holds(self) -> list[_Hold]:
+        """The steps this lifecycle is running now (whose leases it renews)."""
+        return self._renewer.holds()
+
+    def renew(self, hold: _Hold) -> None:
+        """Push the hold's lease end forward (called by the renewer)."""
+        with hold.lock:
+            if hold.released or hold.lost:
+                return
+            current = hold.continuation
+            renewed = dataclasses.replace(current, next_run_at=self.clock() + self.step_lease)
+            try:
+                won = self.store.update_continuation(renewed, current.version)
+            except Exception as exc:
+                _log.warning("could not renew a step's lease", extra={"fields": {"error": exception_reason(exc)}})
+                return
+            if won:
+                hold.continuation = dataclasses.replace(renewed, version=current.version + 1)
+                return
+            hold.lost = True
+        self._renewer.remove(hold)
+        _log.warning("a step lost its lease to another process")
+
+    def _release(self, hold: _Hold) -> Continuation:
+        """Stop renewing; returns the continuation as last written."""
+        with hold.lock:
+            hold.released = True
+            current = hold.continuation
+        self._renewer.remove(hold)
+        return current
+
+    def _settle(self, hold: _Hold, delivered: bool) -> None:
+        """After the answer was sent: a request answered in its first call leaves nothing behind; an
+        operation that was re-entered keeps a finished marker, for re-entries redelivered later."""
+        current = self._release(hold)
+        if hold.lost:
+            return
+        if current.attempt <= 0 and not current.finished:
+            self.store.delete_continuation(current.id)
+            return
+        marker = dataclasses.replace(
+            current, attempt=DELIVERED_ATTEMPT if delivered else FINISHED_ATTEMPT,
+            next_run_at=self.clock() + self.record_ttl, holder="",
+        )
+        self.store.update_continuation(marker, current.version)
+
     # internals -----------------------------------------------------------------------------
-    @staticmethod
-    def _due(continuation: Continuation, now: float) -> bool:
+    def _takeable(self, continuation: Continuation, now: float) -> bool:
+        """May this process run the continuation's next step now?"""
+        if continuation.holder:
+            return continuation.next_run_at <= now or self.is_dead(continuation.holder)
         return continuation.next_run_at <= now + EARLY_TOLERANCE
+
+    def _follow_up(self, operation_id: str, wait: float, reentry: Reentry | None) -> bool:
+        """Schedule a check of the operation when its holder's lease ends; False if impossible."""
+        if reentry is None or getattr(reentry, "unavailable_reason", None):
+            return False
+        try:
+            reentry.schedule(operation_id, max(0.0, wait) + FOLLOW_UP_SLACK)
+        except Exception as exc:
+            _log.warning("could not schedule a follow-up", extra={"fields": {"error": exception_reason(exc)}})
+            return False
+        return True
+
+    def _in_flight(
+        self, record: IdempotencyRecord, raw: dict[str, Any], request: Request, run: Step, reentry: Reentry | None
+    ) -> Verdict:
+        """A duplicate of a request that another operation holds."""
+        now = self.clock()
+        other = self.store.get_continuation(record.owner)
+        if other is None or other.finished:
+            # A record in flight with no continuation (written by an earlier version of crhelper):
+            # leave our own, due when the record's lease ends.
+            wait = max(0.0, record.lease_expires_at - now)
+            follow = Continuation(
+                id=new_continuation_id(), request=raw, state=None, attempt=0, started_at=now,
+                deadline=now + wait + self._deadline_for(request), next_run_at=now + wait,
+            )
+            self.store.put_continuation(follow)
+            if self._follow_up(follow.id, wait, reentry):
+                return Verdict(None, request)
+            return Verdict(None, request, retry_after=wait + FOLLOW_UP_SLACK)
+        if self._takeable(other, now):
+            _log.warning("duplicate found its operation abandoned or due: resuming it")
+            return self.resume(other.id, run, reentry) or Verdict(None, request)
+        wait = max(0.0, other.next_run_at - now)
+        if self._follow_up(other.id, wait, reentry):
+            _log.info("duplicate while the request is in flight: not run again; a follow-up checks on it",
+                      extra={"fields": {"in": round(wait + FOLLOW_UP_SLACK, 2)}})
+            return Verdict(None, request)
+        _log.info("duplicate while the request is in flight: not run again; retry later",
+                  extra={"fields": {"retry_after": round(wait + FOLLOW_UP_SLACK, 2)}})
+        return Verdict(None, request, retry_after=wait + FOLLOW_UP_SLACK)
+
+    def _take_from_other(
+        self, continuation: Continuation, record: IdempotencyRecord, now: float, reentry: Reentry | None
+    ) -> IdempotencyRecord | None:
+        """The record belongs to another operation: drop this continuation, wait, or take the request
+        over (returning the record now owned by this continuation)."""
+        if record.state is RecordState.IN_PROGRESS and self.store.get_continuation(record.owner) is None:
+            if record.lease_live(now):
+                self._follow_up(continuation.id, record.lease_expires_at - now, reentry)
+                return None
+            # An owner that left nothing to resume and whose lease lapsed: run the request here.
+            claim = self.store.claim(key_of(parse_request(continuation.request)), continuation.id,
+                                     lease_seconds=max(1.0, continuation.deadline - now) + self.step_lease,
+                                     ttl_seconds=self.record_ttl)
+            if claim.owns:
+                return claim.record
+        # Taken over by a later delivery, or answered by another operation: that one answers.
+        _log.warning("continuation no longer owns its request: dropped without running")
+        self.store.delete_continuation(continuation.id)
+        return None
+
+    def _finished(
+        self, continuation: Continuation, request: Request, record: IdempotencyRecord | None, now: float
+    ) -> Verdict | None:
+        """A re-entry after completion re-sends the stored answer only when it may not have arrived;
+        the marker itself is removed once it is due, i.e. when duplicates are no longer expected."""
+        if now >= continuation.next_run_at:
+            self.store.delete_continuation(continuation.id)
+            return None
+        if continuation.delivered or record is None or record.response is None or record.owner != continuation.id:
+            return None
+        won = dataclasses.replace(continuation, attempt=DELIVERED_ATTEMPT)
+        if not self.store.update_continuation(won, continuation.version):
+            return None  # another process is re-sending it
+        hold = _Hold(dataclasses.replace(won, version=continuation.version + 1))
+
+        def settle(delivered: bool) -> None:
+            if not delivered:  # let a later redelivery try again
+                self.store.update_continuation(dataclasses.replace(hold.continuation, attempt=FINISHED_ATTEMPT),
+                                               hold.continuation.version)
+
+        _log.info("re-entry of a completed operation whose answer may be lost: re-sending the stored response")
+        return Verdict(record.response, request, on_settle=settle)
 
     def _deadline_for(self, request: Request) -> float:
         try:
@@ -173,52 +513,51 @@ class Lifecycle:
             resource_type = request.resource_type
         return self.registry.options(resource_type).deadline
 
-    def _step(
-        self,
-        operation_id: str,
-        key: IdempotencyKey,
-        request: Request,
-        raw: dict[str, Any],
-        held: Continuation | None,
-        run: Step,
-        reentry: Reentry | None,
-    ) -> dict[str, Any] | None:
-        outcome = run(request)
+    def _step(self, key: IdempotencyKey, request: Request, hold: _Hold, run: Step, reentry: Reentry | None) -> Verdict:
+        try:
+            outcome = run(request)
+        except BaseException as exc:  # a bug of ours: the request is still answered, once
+            _log.exception("internal error while running a step")
+            outcome = failed_for(request, f"internal error in crhelper: {exception_reason(exc)}")
+        outcome = self._unwrap_orphan(request, outcome)
+        if request.request_type == DELETE and isinstance(outcome, dict):
+            outcome = {**outcome, "PhysicalResourceId": request.physical_resource_id or outcome.get("PhysicalResourceId")}
         if not isinstance(outcome, InProgress):
-            return self._finish(operation_id, key, held, body=outcome)
+            return self._finish(key, request, hold, outcome)
         unavailable = (
             getattr(reentry, "unavailable_reason", None) if reentry is not None
             else "this delivery path cannot call it again later (use an asynchronous ServiceToken, or set CRHELPER_REENTRY)"
         )
         if reentry is None or unavailable:
-            return self._finish(operation_id, key, held,
-                                body=failed_for(request, f"the handler returned InProgress, but {unavailable}"))
-        started = request.started_at if request.started_at is not None else self.clock()
-        deadline = started + self._deadline_for(request)
+            return self._finish(key, request, hold,
+                                failed_for(request, f"the handler returned InProgress, but {unavailable}"))
+        current = self._release(hold)
+        if hold.lost:
+            _log.warning("lost the operation to another process while running a step: dropping this result")
+            return Verdict(None, request)
+        started = request.started_at if request.started_at is not None else current.started_at
+        deadline = current.deadline
         now = self.clock()
         delay = max(0.0, min(float(outcome.delay), deadline - now))
-        continuation = Continuation(
-            id=operation_id, request=raw, state=outcome.state, attempt=request.attempt + 1,
-            started_at=started, deadline=deadline, next_run_at=now + delay,
-            version=held.version if held else 1,
+        continuation = dataclasses.replace(
+            current, state=outcome.state, attempt=request.attempt + 1, started_at=started,
+            next_run_at=now + delay, holder="",
         )
-        if held is None:
-            self.store.put_continuation(continuation)
-        elif not self.store.update_continuation(continuation, held.version):
+        if not self.store.update_continuation(continuation, current.version):
             _log.warning("lost the operation to another process while running a step: dropping this result")
-            return None
+            return Verdict(None, request)
         # The record stays in flight for the whole operation, so a duplicate never restarts it; the
         # continuation alone decides whether a step is due or stalled.
-        self.store.renew(key, operation_id, (deadline - now) + self.step_lease)
+        self.store.renew(key, current.id, (deadline - now) + self.step_lease)
         try:
-            reentry.schedule(operation_id, delay)
+            reentry.schedule(current.id, delay)
         except Exception as exc:  # the continuation is stored: recovery or a redelivery can still resume it
             _log.error("could not schedule the next call", extra={"fields": {"error": exception_reason(exc)}})
         _log.info("operation in progress", extra={"fields": {"attempt": continuation.attempt, "delay": delay, "via": reentry.name}})
-        return None
+        return Verdict(None, request)
 
-    def _timed_out(self, operation_id: str, key: IdempotencyKey, request: Request, held: Continuation) -> dict[str, Any] | None:
-        continuation = held
+    def _timed_out(self, key: IdempotencyKey, request: Request, hold: _Hold) -> Verdict:
+        continuation = hold.continuation
         seconds = continuation.deadline - continuation.started_at
         try:
             resource_type = self.registry.resolve_type(request.resource_type, self.default_type)
@@ -227,27 +566,83 @@ class Lifecycle:
                 hook(request)
         except Exception as exc:
             _log.error("on_timeout hook failed", extra={"fields": {"error": exception_reason(exc)}})
-        return self._finish(operation_id, key, held, body=failed_for(
+        return self._finish(key, request, hold, failed_for(
             request,
             f"did not complete within {seconds:.0f} s (the deadline for {request.resource_type}); "
             f"{continuation.attempt} call(s) made",
         ))
 
-    def _finish(
-        self, operation_id: str, key: IdempotencyKey, held: Continuation | None, body: dict[str, Any]
-    ) -> dict[str, Any] | None:
+    def _finish(self, key: IdempotencyKey, request: Request, hold: _Hold, body: dict[str, Any]) -> Verdict:
         body = fit_to_limit(body)
+        operation_id = hold.continuation.id
         try:
             completed = self.store.complete(key, operation_id, body)
         except Exception as exc:  # the work is done: its answer matters more than the record of it
             _log.error("could not record the answer in the store; sending it anyway",
                        extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
-            return body
+            return Verdict(body, request, on_settle=lambda delivered: self._settle(hold, delivered))
         if not completed:
-            if held is not None:
-                self.store.delete_continuation(operation_id)
+            self._release(hold)
+            self.store.delete_continuation(operation_id)
             _log.warning("the request was taken over by another process: its answer stands, this one is dropped")
-            return None
-        if held is not None:  # kept as a marker: a redelivered re-entry must find the answer again
-            self._mark_finished(held, held.version)
-        return body
+            return Verdict(None, request)
+        return Verdict(body, request, on_settle=lambda delivered: self._settle(hold, delivered))
+
+    # failed Creates that left something behind ------------------------------------------------
+    def _unwrap_orphan(self, request: Request, outcome: Any) -> Any:
+        """A FAILED Create whose handler produced a resource: record it for the Delete that follows."""
+        if not isinstance(outcome, Orphaned):
+            return outcome
+        slot = self._claim_orphan(request, new_continuation_id(), lease=self.step_lease)
+        if slot is not None:
+            self._record_orphan(request, slot, None, outcome.physical_id)
+        return outcome.body
+
+    def _claim_orphan(self, request: Request, owner: str, lease: float) -> int | None:
+        for slot in range(1, ORPHAN_SLOTS + 1):
+            try:
+                claim = self.store.claim(_orphan_key(request, slot), owner, lease_seconds=lease, ttl_seconds=self.record_ttl)
+            except Exception as exc:
+                _log.error("could not record a failed Create's resource", extra={"fields": {"error": exception_reason(exc)}})
+                return None
+            if claim.owns:
+                return slot
+        _log.error("too many failed Creates of this resource to track another one")
+        return None
+
+    def _record_orphan(self, request: Request, slot: int, owner: str | None, physical_id: str | None) -> None:
+        key = _orphan_key(request, slot)
+        try:
+            record = self.store.get(key)
+            if record is not None:
+                self.store.complete(key, owner or record.owner, {"PhysicalResourceId": physical_id})
+        except Exception as exc:
+            _log.error("could not record a failed Create's resource", extra={"fields": {"error": exception_reason(exc)}})
+
+    def prepare(self, request: Request, until: float | None) -> "Request | dict[str, Any]":
+        """Run by the guarded runner before the handler. A Delete of a resource whose Create failed is
+        pointed at what that Create left behind, if anything, waiting for a timed-out Create's handler
+        still running until `until` (time.monotonic()); FAILED if it is still running then."""
+        if request.request_type != DELETE or (request.physical_resource_id or "") not in NOTHING_CREATED_IDS:
+            return request
+        latest: IdempotencyRecord | None = None
+        for slot in range(1, ORPHAN_SLOTS + 1):
+            record = self.store.get(_orphan_key(request, slot))
+            if record is None:
+                break
+            latest = record
+        if latest is None:
+            return request
+        key = latest.key
+        while latest is not None and latest.state is RecordState.IN_PROGRESS and latest.lease_live(self.clock()):
+            if until is not None and time.monotonic() + ORPHAN_POLL >= until:
+                return failed_for(request, "the Create of this resource timed out and its handler is still running; "
+                                           "retry the delete once it has finished")
+            time.sleep(ORPHAN_POLL)
+            latest = self.store.get(key)
+        physical_id = (latest.response or {}).get("PhysicalResourceId") if latest is not None else None
+        if not isinstance(physical_id, str) or not physical_id or physical_id in NOTHING_CREATED_IDS:
+            return request
+        _log.info("Delete after a failed Create: deleting the resource its handler produced",
+                  extra={"fields": {"PhysicalResourceId": physical_id}})
+        return dataclasses.replace(request, physical_resource_id=physical_id)

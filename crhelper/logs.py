@@ -7,6 +7,7 @@ import contextvars
 import json
 import logging
 import os
+import re
 import sys
 import time
 from typing import Any, Iterator, Mapping
@@ -17,18 +18,37 @@ _request_fields: contextvars.ContextVar[Mapping[str, str]] = contextvars.Context
 _HANDLER_MARK = "_crhelper_json_handler"
 
 
+#: Characters escaped in a redacted URL: controls (log injection) and lone surrogates (not encodable).
+_UNPRINTABLE = re.compile(r"[\x00-\x20\x7f\ud800-\udfff]")
+#: A redacted URL longer than this is cut: it is a hint in a log line, not the credential.
+_MAX_REDACTED_CHARS = 300
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
 def redact_url(url: str | None) -> str:
-    """scheme://host/path only: a presigned URL's query string is a credential."""
+    """scheme://host[:port]/path only: a presigned URL's query string is a credential.
+
+    Never raises, whatever the input (an out-of-range port, a bad IPv6 literal, CR/LF, surrogates):
+    it is called on the very URLs that failed to parse, to say which one failed.
+    """
     if not url:
         return "<none>"
     try:
-        parts = urlsplit(url)
-    except ValueError:
+        parts = urlsplit(str(url))
+        # Neither .hostname nor .port: they raise on the malformed URLs we must still name.
+        host = parts.netloc.rpartition("@")[2].lower()  # userinfo is a credential too
+        suffix = "?<redacted>" if parts.query else ""
+        text = f"{parts.scheme}://{host}{parts.path}{suffix}"
+    except (ValueError, TypeError):
         return "<unparseable url>"
-    suffix = "?<redacted>" if parts.query else ""
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{host}{port}{parts.path}{suffix}"
+    text = _UNPRINTABLE.sub(_escape, text)
+    if len(text) > _MAX_REDACTED_CHARS:
+        text = text[: _MAX_REDACTED_CHARS - 1] + "…"
+    return text
 
 
 class JsonFormatter(logging.Formatter):
@@ -47,7 +67,12 @@ class JsonFormatter(logging.Formatter):
             entry.update(fields)
         if record.exc_info and record.exc_info[0] is not None:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False, default=str)
+        text = json.dumps(entry, ensure_ascii=False, default=str)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (from a request field): keep it as its JSON escape
+            text = json.dumps(entry, ensure_ascii=True, default=str)
+        return text
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]

@@ -14,6 +14,7 @@ import binascii
 import hashlib
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from email.utils import parsedate_to_datetime
 from typing import Any, Iterable, Mapping
 from urllib.parse import urlsplit
 
+from .transports.signature import ReplayCache
+
 __all__ = [
     "DEFAULT_CERT_HOSTS",
     "DEFAULT_MAX_AGE_SECONDS",
@@ -29,6 +32,7 @@ __all__ = [
     "PushVerdict",
     "CertificateFetcher",
     "build_string_to_sign",
+    "replay_cache",
     "verify",
     "verify_wsgi",
 ]
@@ -59,6 +63,8 @@ class PushVerdict:
     topic_owner: str | None
     topic_name: str | None
     subscription_name: str | None
+    #: What the replay cache remembers for this push (certificate URL, signature bytes in hex).
+    replay_key: tuple[str, ...] = ()
 
 
 def build_string_to_sign(
@@ -131,15 +137,33 @@ class CertificateFetcher:
 
     def _download(self, url: str) -> bytes:
         where = _url_without_query(url)
+        opener = urllib.request.build_opener(_RefuseRedirects)
         try:
-            with urllib.request.urlopen(url, timeout=self.timeout) as resp:  # noqa: S310 - host checked by caller
+            with opener.open(url, timeout=self.timeout) as resp:  # noqa: S310 - host checked by caller
                 data = resp.read(_MAX_CERT_BYTES + 1)
+        except urllib.error.HTTPError as exc:
+            if 300 <= exc.code < 400:
+                # The allowlist vouches for one host only: following a redirect would let that host (or
+                # anyone controlling one of its paths) hand us another host's certificate.
+                target = _url_without_query(str(exc.headers.get("Location") or "?"))
+                raise PushVerificationError(
+                    f"signing certificate URL {where} answered HTTP {exc.code}, a redirect to {target}; "
+                    "redirects are not followed"
+                ) from None
+            raise PushVerificationError(f"cannot fetch signing certificate from {where}: HTTP {exc.code}") from None
         except Exception as exc:  # network errors of every kind mean "cannot verify"
             reason = f"cannot fetch signing certificate from {where}: {exc.__class__.__name__}"
             raise PushVerificationError(reason) from None
         if len(data) > _MAX_CERT_BYTES:
             raise PushVerificationError(f"signing certificate at {where} is larger than {_MAX_CERT_BYTES} bytes")
         return data
+
+
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """Turn every 3xx into an HTTPError instead of following it."""
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+        return None
 
 
 _DEFAULT_FETCHER = CertificateFetcher()
@@ -156,11 +180,19 @@ def verify(
     max_age_seconds: float = DEFAULT_MAX_AGE_SECONDS,
     fetcher: CertificateFetcher | None = None,
     now: datetime | None = None,
+    replays: ReplayCache | None = None,
 ) -> PushVerdict:
     """Verify one push; ``resource`` is the request path (with its query string, if any).
 
     With ``body`` given, it must match the signed Content-MD5 header, since the
     signature covers the headers and not the body itself.
+
+    With ``replays`` (a ReplayCache whose window covers the Date window both ways, see
+    `replay_cache`), a push whose exact signature was already accepted is refused: the Date
+    check alone lets a captured push be replayed for 15 minutes. MNS signs every attempt anew
+    (each carries its own x-mns-request-id), so its own retries pass. The signature is
+    remembered only once it verified, so a forger cannot pre-empt a genuine push; call
+    ``replays.release(verdict.replay_key)`` when the push is then refused for a retryable reason.
     """
     lower = {str(k).lower(): str(v) for k, v in headers.items()}
     cert_url = _cert_url(lower, allowed_hosts, require_https)
@@ -175,6 +207,12 @@ def verify(
         candidates.append(build_string_to_sign(method, resource, lower, content_type=lowered_type))
     if not any(_rsa_sha1_ok(key, signature, text.encode("utf-8")) for text in candidates):
         raise PushVerificationError("Authorization signature does not match the string-to-sign for this certificate")
+    # The decoded signature bytes: a replay that respells the base64 (padding, whitespace) maps here too.
+    replay_key = (cert_url, signature.hex())
+    if replays is not None and not replays.claim(replay_key):
+        raise PushVerificationError(
+            "replayed push: this exact signature was already accepted within the Date window (replay guard)"
+        )
     return PushVerdict(
         cert_url=cert_url,
         date=date,
@@ -182,7 +220,14 @@ def verify(
         topic_owner=lower.get("x-mns-topic-owner"),
         topic_name=lower.get("x-mns-topic-name"),
         subscription_name=lower.get("x-mns-subscription-name"),
+        replay_key=replay_key,
     )
+
+
+def replay_cache(max_age_seconds: float = DEFAULT_MAX_AGE_SECONDS, max_entries: int = 10_000) -> ReplayCache:
+    """A cache of accepted push signatures for ``verify(replays=...)``: remembered for twice the Date
+    window (a Date may be that far behind or ahead), at most ``max_entries`` (oldest first out)."""
+    return ReplayCache(2 * max_age_seconds, max_entries)
 
 
 def verify_wsgi(environ: Mapping[str, Any], body: bytes, **options: Any) -> PushVerdict:

@@ -9,11 +9,14 @@ import fnmatch
 import functools
 import http.client
 import random
+import re
+import socket
+import threading
 import time
 from dataclasses import dataclass
 from email.utils import formatdate
 from typing import Callable
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from .config import DeliverySettings
 from .logs import get_logger, redact_url
@@ -24,13 +27,18 @@ _log = get_logger("outbound")
 
 @dataclass(frozen=True)
 class DeliveryReport:
-    """What happened to one response: delivered or not, after how many attempts, and why."""
+    """What happened to one response: delivered or not, after how many attempts, and why.
+
+    `final` is True when sending again cannot help (a 4xx other than 429, an invalid or refused URL,
+    an untrusted TLS certificate, no URL at all); a queue worker need not keep the message for it.
+    """
 
     delivered: bool
     attempts: int
     status: int | None = None
     url_kind: str | None = None
     error: str | None = None
+    final: bool = False
 
 
 class _Retryable(Exception):
@@ -44,6 +52,10 @@ class _Retryable(Exception):
 
 class _Final(Exception):
     """An attempt whose answer will not change (other 4xx, a refused URL)."""
+
+
+class _BadUrl(_Final):
+    """This URL can never work (invalid, untrusted): drop it, but the other URL may still be tried."""
 
 
 def host_allowed(url: str, allowed: tuple[str, ...]) -> bool:
@@ -95,21 +107,149 @@ def _has_hashed_certificates(directory: str) -> bool:
         return False
 
 
-def _attempt(url: str, body: bytes, settings: DeliverySettings, timeout: float) -> int:
-    parts = urlsplit(url)
+#: Bytes that can never appear in a URL sent on a request line (space, controls; CR/LF would inject headers).
+_FORBIDDEN_IN_URL = re.compile(r"[\x00-\x20\x7f]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+#: Everything printable in ASCII stays as it is in the request target; only non-ASCII is percent-encoded.
+_TARGET_SAFE = "".join(chr(code) for code in range(0x21, 0x7F))
+#: Slack kept before a deadline, so that the report is back before it.
+_DEADLINE_MARGIN = 0.05
+
+
+@dataclass(frozen=True)
+class _Target:
+    scheme: str
+    host: str
+    port: int | None
+    path: str  # request target: path and query, ASCII only
+
+
+def _char_name(char: str) -> str:
+    return {" ": "a space", "\r": "a CR", "\n": "an LF", "\t": "a tab"}.get(char, f"control character U+{ord(char):04X}")
+
+
+def _host_problem(host: str) -> str | None:
+    """Why a host name cannot be resolved, decided locally (DNS would only fail, slowly and retryably)."""
+    if ":" in host:  # an IPv6 literal; urlsplit has checked its brackets and syntax
+        return None
+    try:
+        ascii_host = host.encode("idna").decode("ascii")
+    except UnicodeError as exc:
+        return f"host is not a valid internationalised domain name ({exc.__cause__ or exc})"
+    if len(ascii_host.rstrip(".")) > 253:
+        return f"host name is {len(ascii_host)} characters; DNS allows at most 253"
+    for label in ascii_host.rstrip(".").split("."):
+        if label[:4].lower() == "xn--":
+            try:
+                label.encode("ascii").decode("idna")
+            except UnicodeError:
+                return f"host label {label[:70]!r} is not valid punycode (IDNA)"
+    return None
+
+
+def _target(url: str) -> _Target:
+    """Parse and check a response URL once, before any network I/O; raise _BadUrl saying precisely why not."""
+    if not isinstance(url, str):
+        raise _BadUrl(f"response URL must be a string, got {type(url).__name__}")
+    bad = _FORBIDDEN_IN_URL.search(url)
+    if bad:
+        raise _BadUrl(f"response URL contains {_char_name(bad.group())} at position {bad.start()}: {redact_url(url)}")
+    surrogate = _SURROGATE.search(url)
+    if surrogate:
+        raise _BadUrl(f"response URL contains a lone surrogate U+{ord(surrogate.group()):04X}, not valid Unicode")
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise _BadUrl(f"response URL cannot be parsed ({exc}): {redact_url(url)}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise _Final(f"response URL must be http(s) with a host, got {redact_url(url)}")
+        raise _BadUrl(f"response URL must be http(s) with a host, got {redact_url(url)}")
+    try:
+        port = parts.port
+    except ValueError as exc:  # "Port out of range 0-65535", "Port could not be cast to integer value as 'abc'"
+        raise _BadUrl(f"response URL has an invalid port ({exc}): {redact_url(url)}") from None
+    if port == 0:
+        raise _BadUrl(f"response URL has an invalid port (0): {redact_url(url)}")
+    problem = _host_problem(parts.hostname)
+    if problem:
+        raise _BadUrl(f"response URL {problem}: {redact_url(url)}")
     target = parts.path or "/"
     if parts.query:
         target += "?" + parts.query
+    # A non-ASCII path cannot go on an HTTP/1.1 request line as it is; browsers send it as UTF-8 escapes.
+    return _Target(parts.scheme, parts.hostname, port, quote(target, safe=_TARGET_SAFE))
+
+
+class _Watchdog:
+    """Shuts the attempt's socket down when its wall-clock budget ends.
+
+    Socket timeouts restart on every byte, so a peer that trickles one byte a second would hold a
+    blocking read (or the TLS handshake, or a send) forever; a shut-down socket ends it at once.
+    The lock keeps the timer from touching a descriptor that was already closed (and maybe reused).
+    """
+
+    def __init__(self, ends: float) -> None:
+        self._ends = ends  # time.monotonic()
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._done = False
+        self._timer: threading.Timer | None = None
+        self.fired = False
+
+    def watch(self, sock: socket.socket) -> None:
+        """Guard this socket (the TLS one replaces the plain one); the clock started with the attempt."""
+        with self._lock:
+            self._sock = sock
+            if self._timer is None and not self._done:
+                self._timer = threading.Timer(max(0.0, self._ends - time.monotonic()), self._fire)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._done or self._sock is None:
+                return
+            self.fired = True
+            try:
+                # The plain socket method also for an SSLSocket: its own shutdown() tears down
+                # the TLS state another thread is using.
+                socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def stop(self) -> None:
+        with self._lock:
+            self._done = True
+            timer = self._timer
+        if timer is not None:
+            timer.cancel()
+
+
+def attempt_budget(settings: DeliverySettings) -> float:
+    """The longest one attempt may take, connect to the last byte read: a slow peer cannot stretch it."""
+    return settings.connect_timeout + settings.read_timeout
+
+
+def delivery_budget(settings: DeliverySettings) -> float:
+    """The longest a whole delivery may take when the caller gives no deadline."""
+    return settings.max_attempts * attempt_budget(settings) + max(0, settings.max_attempts - 1) * settings.backoff_cap
+
+
+def _attempt(url: str, body: bytes, settings: DeliverySettings, timeout: float) -> int:
+    """One POST within `timeout` seconds of wall-clock time, whatever the peer does."""
+    where = _target(url)
+    ends = time.monotonic() + timeout
+    watchdog = _Watchdog(ends)
+    # An explicit port always: http.client would read the last group of an IPv6 literal as one.
+    port = where.port or (443 if where.scheme == "https" else 80)
     connection: http.client.HTTPConnection
-    if parts.scheme == "https":
-        connection = http.client.HTTPSConnection(
-            parts.hostname, parts.port, timeout=min(settings.connect_timeout, timeout),
-            context=_ssl_context(settings.ca_bundle, settings.verify_tls),
-        )
-    else:
-        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=min(settings.connect_timeout, timeout))
+    try:
+        if where.scheme == "https":
+            context = _ssl_context(settings.ca_bundle, settings.verify_tls)
+            connection = http.client.HTTPSConnection(where.host, port, timeout=timeout, context=context)
+        else:
+            connection = http.client.HTTPConnection(where.host, port, timeout=timeout)
+    except (http.client.HTTPException, ValueError) as exc:  # their messages may quote the URL
+        raise _BadUrl(f"response URL rejected by http.client ({exc.__class__.__name__}): {redact_url(url)}") from None
     headers = {
         "Content-Type": "application/json",
         "Date": formatdate(usegmt=True),
@@ -117,21 +257,45 @@ def _attempt(url: str, body: bytes, settings: DeliverySettings, timeout: float) 
         "Accept": "application/json",
         "User-Agent": USER_AGENT,
     }
+
+    def out_of_time() -> _Retryable:
+        return _Retryable(
+            f"no complete answer within the attempt's budget of {timeout:.1f} s "
+            f"(the peer at {redact_url(url)} is too slow)",
+            connection=True,
+        )
+
     try:
         try:
-            connection.connect()
-        except (OSError, http.client.HTTPException) as exc:
+            sock = socket.create_connection(
+                (where.host, port), timeout=min(settings.connect_timeout, timeout)
+            )
+            watchdog.watch(sock)
+            if where.scheme == "https":
+                sock = context.wrap_socket(sock, server_hostname=where.host)  # the handshake runs under the watchdog
+                watchdog.watch(sock)
+            connection.sock = sock
+        except (OSError, http.client.HTTPException, ValueError) as exc:
             if type(exc).__name__ == "SSLCertVerificationError":
-                raise _Final(f"TLS certificate of {parts.hostname} not trusted: {exc}; set CRHELPER_CA_BUNDLE to its CA") from None
+                raise _BadUrl(f"TLS certificate of {where.host} not trusted: {exc}; set CRHELPER_CA_BUNDLE to its CA") from None
+            if watchdog.fired:
+                raise out_of_time() from None
             raise _Retryable(f"cannot connect: {exc.__class__.__name__}: {exc}", connection=True) from None
-        connection.sock.settimeout(min(settings.read_timeout, timeout))  # type: ignore[union-attr]
+        sock.settimeout(max(0.001, min(settings.read_timeout, ends - time.monotonic())))
         try:
-            connection.request(settings.method, target, body=body, headers=headers)
+            connection.request(settings.method, where.path, body=body, headers=headers)
             reply = connection.getresponse()
             reply_text = reply.read(512).decode("utf-8", errors="replace")
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            if watchdog.fired:
+                raise out_of_time() from None
+            if isinstance(exc, (http.client.InvalidURL, ValueError)):  # its message would quote the URL
+                raise _BadUrl(f"response URL rejected by http.client ({exc.__class__.__name__}): {redact_url(url)}") from None
             raise _Retryable(f"{exc.__class__.__name__}: {exc}") from None
+        if watchdog.fired:  # cut short mid-reply: the status line alone is not an answer we can trust
+            raise out_of_time()
     finally:
+        watchdog.stop()
         connection.close()
     status = reply.status
     if 200 <= status < 300:
@@ -158,29 +322,76 @@ def deliver(
     deadline: float | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> DeliveryReport:
-    """Send one response body. Retries only what can succeed, never past `deadline` (time.monotonic())."""
-    urls = ordered_urls(public_url, intranet_url, settings.url_mode, on_function_compute)
+    """Send one response body. Retries only what can succeed, never past `deadline` (time.monotonic()),
+    else never past `delivery_budget(settings)`; a slow peer cannot stretch either. Never raises."""
+    started = time.monotonic()
+    ends = deadline if deadline is not None else started + delivery_budget(settings) + _DEADLINE_MARGIN
+    try:
+        return _deliver(body, public_url, intranet_url, settings, on_function_compute, ends, deadline is not None, sleep)
+    except Exception as exc:  # a bug of ours must not turn into a handler crash with nothing sent
+        _log.exception("response delivery failed unexpectedly")
+        return DeliveryReport(False, 0, error=f"internal error while delivering: {exc.__class__.__name__}")
+
+
+def _usable_urls(
+    urls: list[tuple[str, str]], settings: DeliverySettings, dropped: list[str]
+) -> list[tuple[str, str]]:
+    """The URLs worth trying; each refused one is logged and its reason added to `dropped`."""
+    usable = []
+    for kind, url in urls:
+        try:
+            _target(url)
+            if not host_allowed(url, settings.allowed_hosts):
+                raise _BadUrl(f"response URL host not in CRHELPER_RESPONSE_HOSTS allowlist: {redact_url(url)}")
+        except _BadUrl as exc:
+            _log.error("response refused", extra={"fields": {"url": redact_url(url), "via": kind, "error": str(exc)}})
+            dropped.append(str(exc))
+            continue
+        usable.append((kind, url))
+    return usable
+
+
+def _deliver(
+    body: bytes,
+    public_url: str | None,
+    intranet_url: str | None,
+    settings: DeliverySettings,
+    on_function_compute: bool,
+    ends: float,
+    has_deadline: bool,
+    sleep: Callable[[float], None],
+) -> DeliveryReport:
+    ordered = ordered_urls(public_url, intranet_url, settings.url_mode, on_function_compute)
+    if not ordered:
+        return DeliveryReport(False, 0, error="the request has no ResponseURL to answer", final=True)
+    dropped: list[str] = []
+    urls = _usable_urls(ordered, settings, dropped)
     if not urls:
-        return DeliveryReport(False, 0, error="the request has no ResponseURL to answer")
-    refused = [url for _, url in urls if not host_allowed(url, settings.allowed_hosts)]
-    if refused:
-        error = f"response URL host not in CRHELPER_RESPONSE_HOSTS allowlist: {', '.join(redact_url(u) for u in refused)}"
-        _log.error("response refused", extra={"fields": {"error": error}})
-        return DeliveryReport(False, 0, error=error)
+        return DeliveryReport(False, 0, error="; ".join(dropped), final=True)
+    limit = "the deadline" if has_deadline else "the delivery's time budget"
     index, attempts, last_error = 0, 0, "not attempted"
     while attempts < settings.max_attempts:
         kind, url = urls[index]
-        remaining = (deadline - time.monotonic()) if deadline is not None else settings.connect_timeout + settings.read_timeout
-        if remaining <= 0.05:
-            last_error = f"gave up: no time left before the deadline ({last_error})"
+        remaining = ends - _DEADLINE_MARGIN - time.monotonic()
+        if remaining <= 0:
+            last_error = f"gave up: no time left before {limit} ({last_error})"
             break
         attempts += 1
         try:
-            status = _attempt(url, body, settings, remaining)
+            status = _attempt(url, body, settings, min(attempt_budget(settings), remaining))
+        except _BadUrl as exc:  # this URL cannot work; the other one still may
+            last_error = str(exc)
+            dropped.append(last_error)
+            _log.error("response URL unusable", extra={"fields": {"url": redact_url(url), "attempt": attempts, "error": last_error}})
+            del urls[index]
+            if not urls:
+                return DeliveryReport(False, attempts, url_kind=kind, error="; ".join(dropped), final=True)
+            index %= len(urls)
+            continue
         except _Final as exc:
             last_error = str(exc)
             _log.error("response rejected", extra={"fields": {"url": redact_url(url), "attempt": attempts, "error": last_error}})
-            return DeliveryReport(False, attempts, url_kind=kind, error=last_error)
+            return DeliveryReport(False, attempts, url_kind=kind, error=last_error, final=True)
         except _Retryable as exc:
             last_error = str(exc)
             _log.warning("response attempt failed", extra={"fields": {"url": redact_url(url), "attempt": attempts, "error": last_error}})
@@ -189,12 +400,14 @@ def deliver(
             if attempts >= settings.max_attempts:
                 break
             delay = min(exc.retry_after if exc.retry_after is not None else backoff_delay(attempts, settings), settings.backoff_cap)
-            if deadline is not None and time.monotonic() + delay + 0.05 >= deadline:
-                last_error = f"gave up: the next attempt would start after the deadline ({last_error})"
+            if time.monotonic() + delay + _DEADLINE_MARGIN >= ends:
+                last_error = f"gave up: the next attempt would start after {limit} ({last_error})"
                 break
             sleep(delay)
             continue
         _log.info("response delivered", extra={"fields": {"url": redact_url(url), "attempt": attempts, "status": status, "via": kind}})
         return DeliveryReport(True, attempts, status=status, url_kind=kind)
+    if dropped:
+        last_error = f"{last_error}; {'; '.join(dropped)}"
     _log.error("response not delivered", extra={"fields": {"attempts": attempts, "error": last_error}})
     return DeliveryReport(False, attempts, error=last_error)

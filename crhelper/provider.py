@@ -10,7 +10,9 @@ from .config import ConfigError, Settings
 from .constants import CREATE, DELETE, UPDATE
 from .logs import configure, get_logger
 from .registry import Registry
-from .runtime import answer, answer_failure, failure_answer, handle_event
+from .runtime import answer, answer_failure, failure_answer, guard_margin, handle_event, invocation_deadline
+from .store.budget import store_deadline
+from .invocation import Outcome, answer_invocation
 from .services import ProviderServices
 
 if TYPE_CHECKING:
@@ -21,31 +23,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 _log = get_logger("provider")
 
 
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    """What happened to one event: the body sent (None when nothing was due or possible) and its delivery."""
-
-    body: dict[str, Any] | None
-    delivered: bool
-    error: str | None = None
-
-
 #: Operations one timer invocation resumes at most.
 RECOVERY_BATCH = 20
-
-
-def _is_timer_event(body: object) -> bool:
-    """Function Compute's time trigger sends {"triggerTime", "triggerName", "payload"}."""
-    return isinstance(body, dict) and "triggerTime" in body and "triggerName" in body and "RequestType" not in body
-
-
-def _summary(outcome: Outcome) -> dict[str, Any]:
-    """What an FC invocation returns: the body sent, or why there is none (for sync callers and logs)."""
-    if outcome.body is not None:
-        return outcome.body
-    if outcome.error:
-        return {"Status": "FAILED", "Reason": f"request could not be answered: {outcome.error}"}
-    return {"Status": "PENDING", "Reason": "nothing to send now (operation in progress, or a duplicate)"}
 
 
 class Provider:
@@ -129,15 +108,54 @@ class Provider:
         except ConfigError as exc:  # still answer: the stack must not wait for a typo in an env var
             result, report = answer_failure(event, f"provider misconfigured: {exc}", Settings())
             return Outcome(result.body, report.delivered, report.error)
+        deadline = invocation_deadline(context, invoked)
+        margin = guard_margin(max(0.0, deadline - invoked), settings.timeout_margin) if deadline is not None else 0.0
         try:
-            services = self._services.for_request(settings, context, reentry)
+            with store_deadline(deadline - margin if deadline is not None else None):
+                services = self._services.for_request(settings, context, reentry)
         except Exception as exc:  # a bad CRHELPER_STORE or an unreachable store: answer, do not go silent
             _log.error("state store unavailable", extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
             result, report = answer_failure(event, f"state store unavailable: {exc}", settings)
             return Outcome(result.body, report.delivered, report.error)
         result, report = handle_event(self.registry, event, settings, context, services, started=invoked)
         self._services.maybe_recover(settings, services, context, invoked)
-        return Outcome(result.body, report.delivered, report.error if result.body is not None else result.error)
+        return Outcome(
+            result.body, report.delivered, report.error if result.body is not None else result.error,
+            final=bool(getattr(report, "final", False)), retry_after=result.retry_after,
+        )
+
+    def give_up(self, event: Any, reason: str) -> "Outcome":
+        """Answer FAILED (`reason`) for a request whose handler cannot finish here (a server shutting
+        down, an interrupted thread), exactly once: recorded as its answer first, so the handler
+        finishing later, a duplicate or a recovery sends nothing more. Long-running operations that
+        were already re-entered are left to recovery (the body is None then)."""
+        configure()
+        try:
+            settings = self.settings()
+        except ConfigError:
+            settings = Settings()
+        from .request import parse_request
+        from .runtime import Answer, send
+
+        try:
+            lifecycle = self._services.lifecycle(settings)
+            request = parse_request(event if isinstance(event, dict) else {})
+        except Exception:  # not a request we can parse, or no usable store: answer as best we can
+            lifecycle = None
+        if lifecycle is None:
+            result, report = answer_failure(event, reason, settings)
+            return Outcome(result.body, report.delivered, report.error)
+        try:
+            verdict = lifecycle.give_up(request, reason)
+        except Exception as exc:  # the answer matters more than its record
+            _log.error("could not record the FAILED answer; sending it anyway", extra={"fields": {"error": str(exc)}})
+            result, report = answer_failure(event, reason, settings)
+            return Outcome(result.body, report.delivered, report.error)
+        if verdict is None:
+            return Outcome(None, False)
+        answer_ = Answer.of(verdict)
+        report = send(answer_, settings)
+        return Outcome(answer_.body, report.delivered, report.error, final=report.final)
 
     def recover(
         self, reentry: "Reentry | None" = None, limit: int = 5, context: object | None = None,
@@ -167,39 +185,19 @@ class Provider:
             return failure_answer(event, f"state store unavailable: {exc}").body
         return answer(self.registry, event, settings, deadline=deadline, lifecycle=lifecycle).body
 
-    def fc_handler(self, event: Any, context: object | None = None) -> str:
+    def fc_handler(self, event: Any, context: object | None = None, *, started: float | None = None) -> str:
         """Function Compute entry: `handler = provider.fc_handler` (a Provider is also callable).
 
         Accepts a direct invocation (the event is the request) and MNS topic and queue triggers (one or a
         batch of messages, each answered on its own). Answers go to the ResponseURLs; the return value
-        (a JSON summary) only helps synchronous callers and logs.
+        (a JSON summary) only helps synchronous callers and logs. `started` (time.monotonic()) is when
+        the invocation began, if earlier than this call (the lazy entry imports the provider first).
         """
-        import json
-
-        from .envelopes import SOURCE_DIRECT, SOURCE_UNKNOWN, unwrap_event
-
-        started = time.monotonic()
-        envelopes = unwrap_event(event)
-        if len(envelopes) == 1 and _is_timer_event(envelopes[0].body):
-            # A time trigger on the provider function: finish operations nothing else is driving
-            # (their instance died, or their deadline passed with no traffic).
-            answered = self.recover(limit=RECOVERY_BATCH, context=context, started=started)
-            return json.dumps({"Recovered": answered})
-        if len(envelopes) == 1 and envelopes[0].source in (SOURCE_DIRECT, SOURCE_UNKNOWN):
-            # Not an MNS envelope: the request itself, a re-entry, or something malformed that the
-            # runtime answers precisely (FAILED when it still carries a ResponseURL).
-            single = envelopes[0]
-            outcome = self.process(single.body if isinstance(single.body, dict) else event, context, started=started)
-            return json.dumps(_summary(outcome))
-        summary = []
-        for envelope in envelopes:
-            if not envelope.ok:
-                _log.error("message cannot be decoded", extra={"fields": {
-                    "source": envelope.source, "MessageId": envelope.message_id, "error": envelope.error}})
-                summary.append({"MessageId": envelope.message_id, "Error": envelope.error})
-                continue
-            outcome = self.process(envelope.body, context, started=started)
-            summary.append({"MessageId": envelope.message_id, **_summary(outcome)})
-        return json.dumps({"Messages": summary})
+        invoked = time.monotonic() if started is None else started
+        return answer_invocation(
+            event,
+            lambda body: self.process(body, context, started=invoked),
+            lambda: self.recover(limit=RECOVERY_BATCH, context=context, started=invoked),
+        )
 
     __call__ = fc_handler

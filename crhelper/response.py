@@ -7,17 +7,19 @@ import json
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
+from urllib.parse import quote, quote_plus
 
 from .constants import (
     CREATE,
     CREATE_FAILED_MARKER,
     FAILED,
+    MAX_NESTING_DEPTH,
     MAX_PHYSICAL_ID_BYTES,
     MAX_REASON_CHARS,
     MAX_RESPONSE_BYTES,
     SUCCESS,
 )
-from .request import Request
+from .request import Request, nesting_exceeds
 
 
 @dataclass(frozen=True)
@@ -43,9 +45,21 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 _TRUNCATED = " …[truncated]"
 
 
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
 def encode(body: Mapping[str, Any]) -> bytes:
-    """The exact bytes we send; their length is what ROS measures."""
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    """The exact bytes we send; their length is what ROS measures.
+
+    Never raises on text: a lone surrogate (echoed from a request, where it arrived as the JSON
+    escape `\\udc80`) goes back as that same escape, the one form of it that is valid UTF-8.
+    """
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Inside JSON text a surrogate can only be part of a string, where its escape means the same.
+        return _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", text).encode("utf-8")
 
 
 def _cut_utf8(text: str, max_bytes: int) -> str:
@@ -55,11 +69,38 @@ def _cut_utf8(text: str, max_bytes: int) -> str:
     return raw[:max_bytes].decode("utf-8", errors="ignore")
 
 
+def _secret_forms(secret: str) -> set[str]:
+    """The ways a secret shows up in text: as is, inside a repr(), JSON-escaped (ASCII or not),
+    percent-encoded, and one level of those nested (repr of JSON, JSON of repr)."""
+    forms = {secret}
+    for _ in range(2):
+        for form in list(forms):
+            forms.add(repr(form)[1:-1])
+            forms.add(json.dumps(form)[1:-1])
+            forms.add(json.dumps(form, ensure_ascii=False)[1:-1])
+            try:
+                forms.update((quote(form, safe=""), quote(form), quote_plus(form)))
+            except UnicodeEncodeError:  # a lone surrogate cannot be percent-encoded
+                pass
+    return {form for form in forms if form}
+
+
+def mask_secrets(text: str, secrets: Iterable[str]) -> str:
+    """Replace every form of every secret value with `***`, longest form first (so a short secret
+    inside a longer one cannot leave the rest of the longer one behind)."""
+    forms: set[str] = set()
+    for secret in secrets:
+        if isinstance(secret, str) and secret:
+            forms |= _secret_forms(secret)
+    if not forms:
+        return text
+    pattern = "|".join(re.escape(form) for form in sorted(forms, key=len, reverse=True))
+    return re.sub(pattern, "***", text)
+
+
 def clean_reason(reason: str, secrets: Iterable[str] = ()) -> str:
     """One readable line: control characters folded, secret values masked, the head kept."""
-    for secret in secrets:
-        if secret:
-            reason = reason.replace(secret, "***")
+    reason = mask_secrets(reason, secrets)
     reason = _CONTROL.sub(" ", reason).strip() or "unknown error"
     if len(reason) > MAX_REASON_CHARS:
         reason = reason[: MAX_REASON_CHARS - len(_TRUNCATED)] + _TRUNCATED
@@ -94,10 +135,14 @@ def data_problem(data: object) -> str | None:
     for key, value in data.items():
         if not isinstance(key, str):
             return f"Data key {key!r} must be a string"
+        if nesting_exceeds(value, MAX_NESTING_DEPTH):  # json.dumps would recurse into it
+            return f"Data[{key!r}] is nested too deeply (limit {MAX_NESTING_DEPTH} levels)"
         try:
             json.dumps(value, ensure_ascii=False, allow_nan=False)
         except (TypeError, ValueError) as exc:
             return f"Data[{key!r}] is not JSON-serialisable: {exc}"
+        except RecursionError:  # a custom container nesting_exceeds cannot see into
+            return f"Data[{key!r}] is nested too deeply to serialise"
     return None
 
 

@@ -3,23 +3,29 @@
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import functools
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from . import outbound
 from .config import Settings
-from .dispatch import dispatch, failed_for
+from .dispatch import Orphaned, dispatch, failed_for, plain
 from .reentry import continuation_id_of
 from .errors import RequestError
 from .logs import get_logger, request_context
 from .registry import Registry
 from .request import Request, decode_event, parse_request, response_urls_of
 from .response import InProgress, encode, failed_body_from_raw
+from .store.base import StoreError
+from .store.budget import store_deadline
 
 if TYPE_CHECKING:
-    from .lifecycle import Lifecycle
+    from concurrent.futures import Future
+
+    from .lifecycle import Lifecycle, Verdict
     from .reentry import Reentry
 
 _log = get_logger("runtime")
@@ -34,10 +40,28 @@ class Answer:
     public_url: str | None = None
     intranet_url: str | None = None
     error: str | None = None
+    #: Nothing sent: the request is in flight elsewhere and no follow-up could be left (seconds).
+    retry_after: float | None = None
+    #: Told whether the body was delivered, so the store can let go of the operation.
+    verdict: "Verdict | None" = dataclasses.field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def of(cls, verdict: "Verdict") -> "Answer":
+        request = verdict.request
+        return cls(
+            verdict.body, request,
+            request.response_url if request else None, request.intranet_response_url if request else None,
+            retry_after=verdict.retry_after, verdict=verdict,
+        )
+
+    def settle(self, delivered: bool) -> None:
+        if self.verdict is not None:
+            self.verdict.settle(delivered)
 
 
 def function_timeout(context: object | None) -> float | None:
-    """The Function Compute function timeout in seconds, from an FC context (object or dict form)."""
+    """The Function Compute function timeout in seconds, from an FC context (object or dict form);
+    the remaining time where only that is known."""
     if context is None:
         return None
     function = getattr(context, "function", None)
@@ -46,13 +70,36 @@ def function_timeout(context: object | None) -> float | None:
     timeout = getattr(function, "timeout", None)
     if timeout is None and isinstance(function, Mapping):
         timeout = function.get("timeout")
-    remaining = getattr(context, "get_remaining_time_in_millis", None)
-    if timeout is None and callable(remaining):
-        return float(remaining()) / 1000.0
     try:
-        return float(timeout) if timeout is not None else None
+        if timeout is not None and float(timeout) > 0:
+            return float(timeout)
+    except (TypeError, ValueError):
+        pass
+    remaining = _remaining_seconds(context)
+    return remaining
+
+
+def _remaining_seconds(context: object | None) -> float | None:
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    if not callable(remaining):
+        return None
+    try:
+        return max(0.0, float(remaining()) / 1000.0)
     except (TypeError, ValueError):
         return None
+
+
+def invocation_deadline(context: object | None, started: float) -> float | None:
+    """When this invocation must have answered (time.monotonic()): the earliest of every clock the
+    context offers, counted from `started` (taken before the provider was even imported)."""
+    candidates = []
+    timeout = function_timeout(context)
+    if timeout:
+        candidates.append(started + timeout)
+    remaining = _remaining_seconds(context)
+    if remaining is not None:
+        candidates.append(time.monotonic() + remaining)
+    return min(candidates) if candidates else None
 
 
 def guard_margin(timeout: float, configured: float | None) -> float:
@@ -62,48 +109,160 @@ def guard_margin(timeout: float, configured: float | None) -> float:
     return min(5.0, max(0.5, timeout * 0.1))
 
 
-@functools.lru_cache(maxsize=1)
-def _handler_threads() -> Any:
+class _ElasticPool:
     """Threads that run handlers under a deadline, reused across warm invocations (a new thread per
-    request costs more than the rest of the framework). One that overruns keeps its thread; the pool
-    grows past it."""
-    from concurrent.futures import ThreadPoolExecutor
+    request costs more than the rest of the framework). A handler that hangs keeps its thread and
+    the pool grows past it, so hung handlers never delay another request's deadline answer."""
 
-    return ThreadPoolExecutor(max_workers=64, thread_name_prefix="crhelper-handler")
+    IDLE_SECONDS = 60.0
+
+    def __init__(self) -> None:
+        import queue
+
+        self._tasks: "queue.SimpleQueue[tuple[Any, Callable[[], Any]]]" = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._threads = 0
+
+    def submit(self, work: Callable[[], Any]) -> "Future[Any]":
+        from concurrent.futures import Future
+
+        future: Future[Any] = Future()
+        with self._lock:
+            spawn = self._idle == 0
+            if spawn:
+                self._threads += 1
+            else:
+                self._idle -= 1
+        self._tasks.put((future, work))
+        if spawn:
+            threading.Thread(target=self._loop, name="crhelper-handler", daemon=True).start()
+        return future
+
+    def _loop(self) -> None:
+        import queue
+
+        while True:
+            try:
+                future, work = self._tasks.get(timeout=self.IDLE_SECONDS)
+            except queue.Empty:
+                with self._lock:
+                    if self._idle > 0:  # nobody counts on this thread: leave
+                        self._idle -= 1
+                        self._threads -= 1
+                        return
+                continue
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(work())
+                except BaseException as exc:  # noqa: BLE001 - reported to the waiting caller
+                    future.set_exception(exc)
+            with self._lock:
+                self._idle += 1
+
+    @property
+    def size(self) -> int:
+        return self._threads
 
 
-def _run_with_deadline(work: Callable[[], Any], wait_seconds: float) -> Any:
-    """Run `work` in a handler thread; None if it is still running after `wait_seconds` (its result is dropped)."""
+@functools.lru_cache(maxsize=1)
+def _handler_threads() -> _ElasticPool:
+    return _ElasticPool()
+
+
+class _Ticket:
+    """Lets a handler thread that starts late (after its request was answered FAILED) not start."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._state = "waiting"  # -> running | abandoned
+
+    def start(self) -> bool:
+        with self._lock:
+            if self._state == "waiting":
+                self._state = "running"
+                return True
+            return False
+
+    def abandon(self) -> bool:
+        """True when the work had already started (and goes on in the background)."""
+        with self._lock:
+            started = self._state == "running"
+            self._state = "abandoned" if not started else "running-abandoned"
+            return started
+
+
+_NOT_STARTED = object()
+
+
+def _run_with_deadline(work: Callable[[], Any], wait_seconds: float) -> tuple[Any, "Future[Any] | None"]:
+    """Run `work` in a handler thread: (its result, None), or (None, its future) if it is still running
+    after `wait_seconds` (its result is dropped), or (None, None) if it never started."""
     from concurrent.futures import TimeoutError as FutureTimeout
 
-    future = _handler_threads().submit(contextvars.copy_context().run, work)
+    if wait_seconds <= 0:
+        return None, None  # no time left: a request answered FAILED for lack of time must not start
+    ticket = _Ticket()
+    context = contextvars.copy_context()
+
+    def ticketed() -> Any:
+        return context.run(work) if ticket.start() else _NOT_STARTED
+
+    future = _handler_threads().submit(ticketed)
     try:
-        return future.result(timeout=max(0.0, wait_seconds))
+        result = future.result(timeout=wait_seconds)
     except FutureTimeout:
-        return None
+        return None, (future if ticket.abandon() else None)
+    return (None, None) if result is _NOT_STARTED else (result, None)
 
 
 def guarded_runner(
-    registry: Registry, settings: Settings, deadline: float | None, margin: float
-) -> Callable[[Request], "dict[str, Any] | InProgress"]:
-    """A function that runs one handler call, answering FAILED "timed out" if it runs into `deadline - margin`."""
+    registry: Registry,
+    settings: Settings,
+    deadline: float | None,
+    margin: float,
+    *,
+    prepare: "Callable[[Request, float | None], Request | dict[str, Any]] | None" = None,
+    on_abandoned: "Callable[[Request, Future[Any]], None] | None" = None,
+) -> Callable[[Request], "dict[str, Any] | InProgress | Orphaned"]:
+    """A function that runs one handler call, answering FAILED "timed out" if it runs into `deadline - margin`.
 
-    def run(request: Request) -> "dict[str, Any] | InProgress":
-        def work() -> "dict[str, Any] | InProgress":
-            return dispatch(registry, request, settings.default_type)
+    `prepare` runs first inside the same guard (it may replace the request, or answer it); a handler
+    still running when the guard answers is handed to `on_abandoned` with its future."""
+
+    def run(request: Request) -> "dict[str, Any] | InProgress | Orphaned":
+        until = deadline - margin if deadline is not None else None
+
+        def work() -> "dict[str, Any] | InProgress | Orphaned":
+            target = prepare(request, until) if prepare is not None else request
+            if isinstance(target, dict):
+                return target
+            return dispatch(registry, target, settings.default_type)
 
         with request_context(request.log_fields()):
-            if deadline is None:
+            if until is None:
                 return work()
-            outcome = _run_with_deadline(work, deadline - margin - time.monotonic())
-            if outcome is None:
-                _log.error("handler still running near the function deadline; answering FAILED")
+            outcome, still_running = _run_with_deadline(work, until - time.monotonic())
+            if outcome is not None:
+                return outcome
+            if still_running is None:
+                _log.error("no time left to run the handler before the function deadline; answering FAILED")
                 return failed_for(
                     request,
-                    "timed out: the handler was still running shortly before the Function Compute timeout; "
-                    "raise the function timeout or return InProgress to continue long work in a later invocation",
+                    "not started: too little time was left before the Function Compute timeout; "
+                    "raise the function timeout or send fewer requests per invocation",
                 )
-            return outcome
+            _log.error("handler still running near the function deadline; answering FAILED")
+            if on_abandoned is not None:
+                try:
+                    on_abandoned(request, still_running)
+                except Exception:
+                    _log.exception("could not track the abandoned handler")
+            return failed_for(
+                request,
+                "timed out: the handler was still running shortly before the Function Compute timeout; "
+                "raise the function timeout or return InProgress to continue long work in a later invocation",
+            )
 
     return run
 
@@ -139,9 +298,13 @@ def answer(
         return parsed
     request = parsed
     public, intranet = request.response_url, request.intranet_response_url
-    guarded = guarded_runner(registry, settings, deadline, margin)
+    guarded = guarded_runner(
+        registry, settings, deadline, margin,
+        prepare=lifecycle.prepare if lifecycle is not None else None,
+        on_abandoned=lifecycle.abandoned if lifecycle is not None else None,
+    )
 
-    def run(request: Request) -> dict[str, Any]:
+    def run(request: Request) -> "dict[str, Any] | Orphaned":
         """An in-band reply cannot be continued later: InProgress becomes a FAILED that says so."""
         outcome = guarded(request)
         if isinstance(outcome, InProgress):
@@ -153,7 +316,8 @@ def answer(
         with request_context(request.log_fields()):
             body = lifecycle.process_in_band(request, run, deadline - margin if deadline is not None else None)
         return Answer(body, request, public, intranet)
-    return Answer(run(request), request, public, intranet)
+    outcome = plain(run(request))
+    return Answer(outcome if isinstance(outcome, dict) else None, request, public, intranet)
 
 
 def send(answer_: Answer, settings: Settings, deadline: float | None = None) -> outbound.DeliveryReport:
@@ -190,21 +354,68 @@ def handle_event(
 ) -> tuple[Answer, outbound.DeliveryReport]:
     """The whole protocol for one event. Any failure of our own still ends in a FAILED when a URL is known."""
     started = time.monotonic() if started is None else started
-    timeout = function_timeout(context)
-    deadline = started + timeout if timeout else None
-    margin = guard_margin(timeout, settings.timeout_margin) if timeout else 0.0
+    deadline = invocation_deadline(context, started)
+    margin = guard_margin(max(0.0, deadline - started), settings.timeout_margin) if deadline is not None else 0.0
     services = services or Services()
+    lifecycle = services.lifecycle
+    run = guarded_runner(
+        registry, settings, deadline, margin,
+        prepare=lifecycle.prepare if lifecycle is not None else None,
+        on_abandoned=lifecycle.abandoned if lifecycle is not None else None,
+    )
     try:
-        result = _process(registry, event, settings, services, guarded_runner(registry, settings, deadline, margin))
-    except Exception as exc:  # a bug of ours (or an unreachable store) must not leave the stack waiting
-        _log.exception("internal error while handling a request")
-        result = failure_answer(event, f"internal error in crhelper: {type(exc).__name__}: {exc}")
+        if lifecycle is None:
+            result = _process(registry, event, settings, services, run)
+        else:
+            result = _bounded(lambda: _process(registry, event, settings, services, run), deadline, margin)
+    except BaseException as exc:  # a bug of ours, an unreachable store, a signal: still one answer
+        if isinstance(exc, _OutOfTime):
+            _log.error("no time left to handle the request", extra={"fields": {"error": str(exc)}})
+            result = failure_answer(event, str(exc))
+        elif isinstance(exc, StoreError):
+            _log.error("state store unavailable", extra={"fields": {"error": str(exc)}})
+            result = failure_answer(event, f"state store unavailable: {exc}")
+        else:
+            _log.exception("internal error while handling a request")
+            result = failure_answer(event, f"internal error in crhelper: {type(exc).__name__}: {exc}")
+        if not isinstance(exc, Exception):
+            report = send(result, settings, deadline=(deadline - 0.2) if deadline else None)
+            raise
     if result.body is None:
         if result.error:
             _log.error("request cannot be answered", extra={"fields": {"error": result.error}})
         return result, outbound.DeliveryReport(False, 0, error=result.error)
-    report = send(result, settings, deadline=(deadline - 0.2) if deadline else None)
+    report = outbound.DeliveryReport(False, 0, error="not sent")
+    try:
+        report = send(result, settings, deadline=(deadline - 0.2) if deadline else None)
+    finally:
+        result.settle(report.delivered)
     return result, report
+
+
+def _bounded(process: Callable[[], Answer], deadline: float | None, margin: float) -> Answer:
+    """Run the store calls and the handler of one event so that a store that cannot answer in time
+    (a locked file, an unreachable bucket) still leaves time to send FAILED."""
+    if deadline is None:
+        return process()
+    until = deadline - margin / 2
+    with store_deadline(deadline - margin):
+        result, still_running = _run_with_deadline(process, until - time.monotonic())
+    if isinstance(result, Answer):
+        return result
+    if still_running is not None:
+        # It may still record an answer; this invocation answers FAILED instead, so let go of it then.
+        still_running.add_done_callback(
+            lambda done: done.result().settle(True) if not done.exception() and isinstance(done.result(), Answer) else None
+        )
+    if still_running is None:
+        raise _OutOfTime("not started: too little time was left before the Function Compute timeout; "
+                         "raise the function timeout or send fewer requests per invocation")
+    raise StoreError("no answer from the store in time")
+
+
+class _OutOfTime(Exception):
+    """The invocation reached its deadline before the request could start."""
 
 
 def _process(
@@ -219,30 +430,32 @@ def _process(
         if services.lifecycle is None:
             return Answer(None, error="re-entry of a long-running operation, but no store is configured (CRHELPER_STORE)")
         resumed = services.lifecycle.resume(continuation_id, run, services.reentry)
-        if resumed is None:
-            return Answer(None)
-        request, body = resumed
-        return Answer(body, request, request.response_url, request.intranet_response_url)
+        return Answer(None) if resumed is None else Answer.of(resumed)
     parsed = _parse(raw)
     if isinstance(parsed, Answer):
         return parsed
     request = parsed
     public, intranet = request.response_url, request.intranet_response_url
     if services.lifecycle is None:
-        outcome = run(request)
+        outcome = plain(run(request))
         if isinstance(outcome, InProgress):
             outcome = failed_for(request, "the handler returned InProgress but long-running operations need a store; "
                                           "unset CRHELPER_STORE (it is none) or set it to a store URL")
         return Answer(outcome, request, public, intranet)
     with request_context(request.log_fields()):
-        to_send = services.lifecycle.process(request, raw, run, services.reentry)
-    return Answer(to_send, request, public, intranet)
+        verdict = services.lifecycle.process(request, raw, run, services.reentry)
+    return Answer.of(verdict)
 
 
-def send_resumed(results: list[tuple[Request, dict[str, Any]]], settings: Settings) -> None:
+def send_resumed(results: "list[Verdict]", settings: Settings) -> None:
     """Deliver the answers of operations finished by recovery."""
-    for request, body in results:
-        send(Answer(body, request, request.response_url, request.intranet_response_url), settings)
+    for verdict in results:
+        answer_ = Answer.of(verdict)
+        report = outbound.DeliveryReport(False, 0)
+        try:
+            report = send(answer_, settings)
+        finally:
+            answer_.settle(report.delivered)
 
 
 def failure_answer(event: Any, reason: str) -> Answer:

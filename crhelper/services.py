@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from .config import Settings
 from .logs import get_logger
-from .runtime import Services, function_timeout, guard_margin, guarded_runner, send_resumed
+from .runtime import Services, function_timeout, guard_margin, guarded_runner, invocation_deadline, send_resumed
+from .store.budget import store_deadline
 
 if TYPE_CHECKING:
     from .lifecycle import Lifecycle
@@ -160,13 +161,15 @@ class ProviderServices:
         lifecycle = self.lifecycle(settings)
         if lifecycle is None:
             return 0
-        timeout = function_timeout(context)
-        deadline = (invoked if invoked is not None else time.monotonic()) + timeout if timeout else None
-        margin = guard_margin(timeout, settings.timeout_margin) if timeout else 0.0
+        started = invoked if invoked is not None else time.monotonic()
+        deadline = invocation_deadline(context, started)
+        margin = guard_margin(max(0.0, deadline - started), settings.timeout_margin) if deadline is not None else 0.0
         if deadline is not None and deadline - time.monotonic() < 4 * margin:
             return 0  # too little time left to run a step and answer; a later invocation will
-        run = guarded_runner(self._provider.registry, settings, deadline, margin)
-        finished = lifecycle.recover(run, reentry or self.reentry(settings, context, lifecycle), limit=limit)
+        run = guarded_runner(self._provider.registry, settings, deadline, margin,
+                             prepare=lifecycle.prepare, on_abandoned=lifecycle.abandoned)
+        with store_deadline(deadline - margin if deadline is not None else None):
+            finished = lifecycle.recover(run, reentry or self.reentry(settings, context, lifecycle), limit=limit)
         send_resumed(finished, settings)
         return len(finished)
 

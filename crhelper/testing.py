@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 import uuid
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .local.response_server import Capture, ResponseServer
 
-__all__ = ["Capture", "ResponseServer", "make_event"]
+__all__ = ["Capture", "ResponseServer", "make_event", "wait_until"]
 
 
 def make_event(
@@ -46,3 +47,15 @@ def make_event(
         event["OldResourceProperties"] = dict(old_properties or {})
     event.update(extra)
     return event
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 5.0, interval: float = 0.02, what: str = "condition") -> Any:
+    """The first truthy value of predicate(), or AssertionError naming `what` after `timeout` seconds."""
+    end = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= end:
+            raise AssertionError(f"{what} not met within {timeout} s")
+        time.sleep(interval)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
+from crhelper import Provider
 from crhelper.testing import ResponseServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,6 +29,21 @@ def response_server(request: pytest.FixtureRequest) -> Iterator[ResponseServer]:
         yield server
     if request.node.get_closest_marker("allow_violations") is None:
         assert server.violations == [], f"protocol violations: {server.violations}"
+
+
+@pytest.fixture()
+def providers() -> Iterator[Callable[..., Provider]]:
+    """`make(**kw)` builds a Provider that is closed (scheduler, store) when the test ends."""
+    made: list[Provider] = []
+
+    def make(**kw: Any) -> Provider:
+        provider = Provider(**kw)
+        made.append(provider)
+        return provider
+
+    yield make
+    for provider in made:
+        provider.close()
 
 
 @pytest.fixture(autouse=True)

@@ -133,3 +133,10 @@ def test_decode_body_accepts_every_body_form(raw: object) -> None:
 def test_decode_body_rejects(raw: str) -> None:
     with pytest.raises(BodyDecodeError):
         decode_body(raw)
+
+
+def test_deeply_nested_bodies_are_a_precise_decode_error():
+    with pytest.raises(BodyDecodeError, match=r"nested too deeply \(limit 100 levels\)"):
+        decode_body("[" * 50_000 + "]" * 50_000)
+    (envelope,) = unwrap_event(("[" * 50_000 + "]" * 50_000).encode())
+    assert envelope.error == "event is nested too deeply (limit 100 levels)"

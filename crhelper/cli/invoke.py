@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +20,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "invoke",
         help="run one request against a provider, with a built-in ResponseURL server",
         description=(
-            "Load the provider, send it the request from --event (its ResponseURLs are replaced by a local "
-            "capturing server), and print the response body exactly as the provider sent it. "
-            "The exit code is 0 for SUCCESS, 1 for FAILED, 2 when nothing valid was answered."
+            "Load the provider, send it the request from --event (its ResponseURLs are replaced by a local\n"
+            "capturing server), and print the response body exactly as the provider sent it.\n"
+            "The exit code is 0 for SUCCESS, 1 for FAILED, 2 when nothing valid was answered.\n\n"
+            "With --timeout, a handler still running shortly before the timeout is answered FAILED\n"
+            "\"timed out\" and the command exits right after that answer, without waiting for the handler."
         ),
-        epilog="example: crhelper invoke samples/greeting.py:provider --event samples/events/create.json",
+        epilog=(
+            "examples:\n"
+            "  crhelper invoke samples/greeting.py:provider --event samples/events/create.json\n"
+            "  crhelper invoke samples/greeting.py:provider --event samples/events/create.json --timeout 3"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("provider", help="the provider: package.module:provider or path/to/file.py:provider")
     parser.add_argument("--event", required=True, type=Path, help="a ROS request as JSON (see samples/events/)")
     parser.add_argument("--timeout", type=float, default=None, help="act as a Function Compute function with this timeout (s)")
     parser.add_argument("--fail-first", type=int, default=0, metavar="N", help="the ResponseURL answers 500 to the first N attempts")
     parser.add_argument("--check", action="store_true", help="also print ROS protocol violations found in the response")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run_and_exit)
 
 
 class _Context:
@@ -37,6 +47,32 @@ class _Context:
     def __init__(self, timeout: float) -> None:
         self.request_id = "local-invoke"
         self.function = type("Function", (), {"timeout": timeout, "name": "local", "handler": "index.handler"})()
+
+
+def _handler_threads_alive() -> bool:
+    """Whether a non-daemon thread besides the main one is alive: with --timeout the handler runs in
+    such a thread (the runtime's pool), and the interpreter would join it at exit, i.e. wait for
+    a handler that was already answered FAILED "timed out"."""
+    main = threading.main_thread()
+    return any(t is not main and not t.daemon and t.is_alive() for t in threading.enumerate())
+
+
+def run_and_exit(args: argparse.Namespace) -> int:
+    """The command line entry: `run`, then end the process at once if a handler thread still runs.
+
+    The answer has been delivered and printed by then; only the late handler would be waited
+    for, and its result is dropped anyway. In-process callers use `run`, which never exits.
+    """
+    code = run(args)
+    if _handler_threads_alive():
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a closed pipe or stream: nothing left to save
+                pass
+        os._exit(code)
+    return code
 
 
 def run(args: argparse.Namespace) -> int:

@@ -40,6 +40,12 @@ named <template>.bindings.yaml next to the template is used automatically):
   mode: endpoints          # or inprocess: run every bound provider in this process (fastest)
   faults: {duplicate: true, response_fail_first: 2, response_delay: 0.5, kill_provider: true}
 
+A killed run leaves nothing behind: the FC workers it started die with it (even on SIGKILL), and
+the next command (describe, list, events, update, delete) reports the stack *_FAILED with the reason
+"interrupted: the crhelper process running this operation stopped before it finished":
+  crhelper stack describe --stack demo --json      # status CREATE_FAILED after a killed create
+  crhelper stack delete --stack demo               # then clean up what it created
+
 Exit codes: 0 the operation completed, 1 it failed (see the events), 2 usage or validation error.
 """
 
@@ -399,7 +405,7 @@ def _create(args: argparse.Namespace) -> int:
     printer = Printer(args.json)
     with _emulator(args) as emulator:
         home = emulator.store.home
-        existing = emulator.store.load(args.stack)
+        existing = emulator.settled_record(args.stack)
         if existing is not None and existing.status != "DELETE_COMPLETE":
             delete_first = f"`crhelper stack delete --stack {args.stack}` first"
             raise _UsageError(f"stack '{args.stack}' already exists (status {existing.status})",

@@ -15,8 +15,12 @@ DESCRIPTION = (
     "handler runs its visibility is extended; a message whose response could not be delivered stays for "
     "redelivery, and undecodable messages are deleted and logged. Long-running handlers (InProgress) "
     "continue through delayed messages on the same queue unless CRHELPER_REENTRY says otherwise; use a "
-    "shared CRHELPER_STORE when several workers consume one queue. SIGTERM/SIGINT finish in-flight "
-    "messages (up to --grace seconds) and exit 0. Credentials come from ALIBABA_CLOUD_ACCESS_KEY_ID, "
+    "shared CRHELPER_STORE when several workers consume one queue. A response the ResponseURL rejects for "
+    "good (a final 4xx) deletes its message with an error log; a duplicate of a request in flight elsewhere "
+    "stays hidden until the holder's lease could have lapsed. SIGTERM/SIGINT finish in-flight messages (up to "
+    "--grace seconds), make the ones still running visible again within seconds, and exit 0. At start, "
+    "operations a killed worker left in the store are resumed at once. "
+    "Credentials come from ALIBABA_CLOUD_ACCESS_KEY_ID, "
     "ALIBABA_CLOUD_ACCESS_KEY_SECRET and, for STS, ALIBABA_CLOUD_SECURITY_TOKEN."
 )
 EPILOG = """examples:
@@ -52,7 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wait-seconds", type=int, default=10, metavar="S", help="long-poll duration, 0-30 (default 10)")
     parser.add_argument("--visibility-timeout", type=int, default=60, metavar="S", help="how long each extension hides a message being handled (default 60)")
     parser.add_argument("--extend-every", type=float, default=None, metavar="S", help="seconds between extensions (default a third of --visibility-timeout)")
-    parser.add_argument("--grace", type=float, default=30.0, metavar="S", help="on SIGTERM, how long in-flight messages may still run (default 30)")
+    parser.add_argument("--grace", type=float, default=30.0, metavar="S", help="on SIGTERM, how long in-flight messages may still run; those still running then become "
+                             "visible again within seconds for another worker (default 30; e.g. --grace 10)")
     parser.add_argument("--reentry", choices=("queue", "provider"), default="queue",
                         help="long-running operations continue via delayed messages on this queue (default), "
                              "or via the provider's own strategy (CRHELPER_REENTRY)")

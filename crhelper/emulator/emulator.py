@@ -187,17 +187,34 @@ class StackEmulator:
     # ------------------------------------------------------------------ queries
 
     def describe(self, name: str) -> StackDescription:
-        return self._describe(self._load(name))
+        return self._describe(self._load_settled(name))
 
     def events(self, name: str) -> list[StackEvent]:
-        return self.store.events(self._load(name).stack_id)
+        return self.store.events(self._load_settled(name).stack_id)
 
     def outputs(self, name: str) -> dict[str, Any]:
         return self.describe(name).output_values()
 
     def list_stacks(self) -> list[StackDescription]:
-        records = [self.store.load(name) for name in self.store.names()]
+        records = [self.settled_record(name) for name in self.store.names()]
         return [self._describe(r) for r in records if r is not None]
+
+    def settled_record(self, name: str) -> StackRecord | None:
+        """The stored stack; one left *_IN_PROGRESS by a crhelper process that is gone (SIGKILL,
+        power loss) is first marked interrupted, so every command reports what really happened
+        instead of an operation that nothing runs any more."""
+        record = self.store.load(name)
+        if record is None or not record.status.endswith("_IN_PROGRESS") or self.store.operation_live(name):
+            return record
+        if self.store.claim_operation(name) is not None:  # another process started an operation meanwhile
+            return self.store.load(name)
+        try:
+            record = self.store.load(name)
+            if record is not None and record.status.endswith("_IN_PROGRESS"):
+                self._mark_interrupted(record)
+            return record
+        finally:
+            self.store.release_operation(name)
 
     # ------------------------------------------------------------------ helpers
 
@@ -235,6 +252,12 @@ class StackEmulator:
 
     def _load(self, name: str) -> StackRecord:
         record = self.store.load(name)
+        if record is None:
+            raise StackNotFoundError(name)
+        return record
+
+    def _load_settled(self, name: str) -> StackRecord:
+        record = self.settled_record(name)
         if record is None:
             raise StackNotFoundError(name)
         return record

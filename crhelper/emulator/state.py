@@ -137,6 +137,15 @@ class StackStore:
             db.execute("INSERT OR REPLACE INTO operations (name, pid, host) VALUES (?, ?, ?)", (name, me, host))
         return None
 
+    def operation_live(self, name: str) -> bool:
+        """Whether a process is still running an operation on the stack: one recorded on another
+        machine counts as live (it cannot be checked), one of this machine only while it runs."""
+        with self._connect() as db:
+            row = db.execute("SELECT pid, host FROM operations WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            return False
+        return bool(row[1] != socket.gethostname() or process_alive(int(row[0])))
+
     def release_operation(self, name: str) -> None:
         with self._connect() as db:
             db.execute("DELETE FROM operations WHERE name = ? AND pid = ?", (name, os.getpid()))

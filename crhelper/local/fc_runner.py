@@ -2,7 +2,9 @@
 
 A fresh process per invocation keeps handlers isolated (module state, env vars, crashes) and
 makes the timeout kill exact: the worker runs in its own process group, so a SIGKILL of the
-group also ends anything the handler spawned.
+group also ends anything the handler spawned. Being in its own session, a worker would outlive a
+SIGKILLed endpoint; it is told the endpoint's pid (PARENT_PID_ENV) and dies with it
+(`fc_worker.die_with_parent`).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from crhelper.local.fc_auth import AccessKey
 from crhelper.local.fc_context import context_payload
 from crhelper.local.fc_protocol import timeout_error
 from crhelper.local.fc_registry import FunctionSpec
+from crhelper.local.fc_worker import PARENT_PID_ENV
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 _DRAIN_SECONDS = 5.0
@@ -75,6 +78,7 @@ def function_environment(request: InvocationRequest, base: Mapping[str, str]) ->
         "CRHELPER_FC_ENDPOINT": request.endpoint,
     })
     env.update(spec.env)
+    env[PARENT_PID_ENV] = str(os.getpid())
     return env
 
 

@@ -176,8 +176,11 @@ def new_continuation_id() -> str:
     return secrets.token_urlsafe(24)
 
 
-#: `Continuation.attempt` of a finished operation's marker (real attempts count up from 0).
+#: `Continuation.attempt` of a finished operation's marker (real attempts count up from 0): its answer
+#: may not have reached ROS, so a redelivered re-entry sends it again.
 FINISHED_ATTEMPT = -1
+#: The marker of a finished operation whose answer was delivered: a redelivered re-entry sends nothing.
+DELIVERED_ATTEMPT = -2
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,9 @@ class Continuation:
     deadline: float
     next_run_at: float
     version: int = 1
+    #: The process running a step now (`crhelper.holder.current()`), "" between steps; while it is
+    #: set, `next_run_at` is the end of the step's lease, renewed by the holder while it works.
+    holder: str = ""
 
     def __post_init__(self) -> None:
         check_continuation_id(self.id)
@@ -199,7 +205,12 @@ class Continuation:
     @property
     def finished(self) -> bool:
         """A marker kept after the operation completed, so a redelivered re-entry can re-send the answer."""
-        return self.attempt == FINISHED_ATTEMPT
+        return self.attempt in (FINISHED_ATTEMPT, DELIVERED_ATTEMPT)
+
+    @property
+    def delivered(self) -> bool:
+        """A finished marker whose answer reached the ResponseURL."""
+        return self.attempt == DELIVERED_ATTEMPT
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form used by backends that store documents."""
@@ -218,6 +229,7 @@ class Continuation:
                 deadline=float(data["deadline"]),
                 next_run_at=float(data["next_run_at"]),
                 version=int(data["version"]),
+                holder=str(data.get("holder") or ""),
             )
         except (KeyError, ValueError, TypeError) as exc:
             raise StoreError(f"stored continuation has a missing or invalid field: {exc}") from None

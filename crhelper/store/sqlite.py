@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Mapping
 
 from . import transitions
+from .budget import seconds_left
 from .base import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_TTL_SECONDS,
@@ -56,7 +57,8 @@ CREATE TABLE IF NOT EXISTS continuations (
     started_at REAL NOT NULL,
     deadline REAL NOT NULL,
     next_run_at REAL NOT NULL,
-    version INTEGER NOT NULL
+    version INTEGER NOT NULL,
+    holder TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS continuations_due ON continuations (next_run_at);
 """
@@ -92,6 +94,7 @@ def _continuation_from_row(row: sqlite3.Row) -> Continuation:
         deadline=row["deadline"],
         next_run_at=row["next_run_at"],
         version=row["version"],
+        holder=row["holder"],
     )
 
 
@@ -104,36 +107,54 @@ class SqliteStore:
         self._lock = threading.RLock()
         if path != MEMORY:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+        wait = seconds_left(BUSY_TIMEOUT_MS / 1000)
         try:
             self._conn = sqlite3.connect(
                 path,
-                timeout=BUSY_TIMEOUT_MS / 1000,
+                timeout=wait,
                 isolation_level=None,
                 check_same_thread=False,
             )
         except sqlite3.Error as exc:
             raise StoreError(f"CRHELPER_STORE sqlite file cannot be opened: {exc}") from None
         self._conn.row_factory = sqlite3.Row
-        self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        self._conn.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
         if path != MEMORY:
-            self._conn.execute("PRAGMA journal_mode = WAL")
+            try:
+                self._conn.execute("PRAGMA journal_mode = WAL")
+            except sqlite3.OperationalError as exc:
+                self._conn.close()
+                raise StoreError(f"state store busy: the SQLite file stayed locked for {wait:.1f} s ({exc})") from None
             self._conn.execute("PRAGMA synchronous = NORMAL")
         with self._transaction() as conn:
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     conn.execute(statement)
+            columns = {row["name"] for row in conn.execute("PRAGMA table_info(continuations)")}
+            if "holder" not in columns:  # a file written by an earlier version
+                conn.execute("ALTER TABLE continuations ADD COLUMN holder TEXT NOT NULL DEFAULT ''")
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """BEGIN IMMEDIATE: take the write lock before reading, so read-decide-write is atomic."""
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
+        """BEGIN IMMEDIATE: take the write lock before reading, so read-decide-write is atomic. The
+        wait for the lock is bounded by the caller's deadline (`store.budget`)."""
+        wait = seconds_left(BUSY_TIMEOUT_MS / 1000)
+        if not self._lock.acquire(timeout=max(wait, 0.001)):
+            raise StoreError(f"state store busy: the SQLite store stayed in use by this process for {wait:.1f} s")
+        try:
+            self._conn.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise StoreError(f"state store busy: the SQLite file stayed locked for {wait:.1f} s ({exc})") from None
             try:
                 yield self._conn
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
             self._conn.execute("COMMIT")
+        finally:
+            self._lock.release()
 
     # -- idempotency records -------------------------------------------------------------
 
@@ -244,7 +265,7 @@ class SqliteStore:
             with self._transaction() as conn:
                 conn.execute(
                     "INSERT INTO continuations (id, request, state, attempt, started_at, deadline,"
-                    " next_run_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    " next_run_at, version, holder) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         c.id,
                         json.dumps(c.request),
@@ -254,6 +275,7 @@ class SqliteStore:
                         c.deadline,
                         c.next_run_at,
                         c.version,
+                        c.holder,
                     ),
                 )
         except sqlite3.IntegrityError:
@@ -271,7 +293,7 @@ class SqliteStore:
         with self._transaction() as conn:
             cursor = conn.execute(
                 "UPDATE continuations SET request = ?, state = ?, attempt = ?, started_at = ?,"
-                " deadline = ?, next_run_at = ?, version = ? WHERE id = ? AND version = ?",
+                " deadline = ?, next_run_at = ?, version = ?, holder = ? WHERE id = ? AND version = ?",
                 (
                     json.dumps(c.request),
                     json.dumps(c.state),
@@ -280,6 +302,7 @@ class SqliteStore:
                     c.deadline,
                     c.next_run_at,
                     expected_version + 1,
+                    c.holder,
                     c.id,
                     expected_version,
                 ),

@@ -15,10 +15,21 @@ Modes — how an endpoint knows whether ROS waits for the reply:
 * sync (``web[sync]:``): the HTTP 200 body *is* the response object; a handler still running after
   `sync_within` (8.5 s by default, ROS allows 10 s) is answered FAILED. A ResponseURL is optional.
 
-Status codes: 5xx only where a retry can help (worker pool full → 500, the status ROS documents retries after; configurable); everything else
-is 4xx — 400 body not JSON/form or not a ROS request, 401 auth or signature, 405 not POST, 409 replayed
-signed request, 413 body over `max_body`, 415 content type — or, in sync mode, 200 with a FAILED body.
-Error bodies are ``{"Error", "Field", "Message"}`` and never repeat a credential or the request.
+Status codes: 5xx only where a retry can help (worker pool full or server stopping → 500, the status ROS
+documents retries after; configurable; a SignKey without `public_url` → 500 EndpointMisconfigured); everything
+else is 4xx — 400 body not JSON/form, nested deeper than `MAX_JSON_DEPTH`, or not a ROS request, 401 auth or
+signature, 403 MNS push not verified, 405 not POST, 409 replayed signed request or MNS push, 413 body over
+`max_body`, 415 content type — or, in sync mode, 200 with a FAILED body. Absurd input is never a 5xx, which
+would invite ROS to retry it. Error bodies are ``{"Error", "Field", "Message"}`` and never repeat a
+credential or the request.
+
+Signatures cover the ServiceToken URL, so it comes from `EndpointConfig.public_url`, never from the Host
+header (a client would choose it); `BackgroundServer` fills in its own bound URL.
+
+Failures of our own: an async handler that escapes with a BaseException (KeyboardInterrupt,
+asyncio.CancelledError, SystemExit) is answered FAILED here (`abandon`), and the pool thread lives on;
+`close(grace=...)` answers FAILED (`SHUTDOWN_REASON`) for accepted requests still running when the grace
+ends, recording that answer in the idempotency store so that nothing answers a second time.
 
 Bodies: ``application/json`` (also when no content type is sent), or ``application/x-www-form-urlencoded``
 (HttpConfig.ContentType). ROS does not document how its maps travel in a form, so each top-level field
@@ -40,10 +51,10 @@ import binascii
 import functools
 import hmac
 import json
+import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Mapping
 from urllib.parse import parse_qsl, quote, urlencode
 
@@ -64,6 +75,14 @@ SYNC_REPLY_URL = "urn:crhelper:sync-reply"
 #: Fields without which no response object can be built; their absence means "not a ROS request".
 IDENTITY_FIELDS = ("RequestType", "RequestId", "StackId", "LogicalResourceId")
 _MAP_FIELDS = ("Signature", "ResourceProperties", "OldResourceProperties")
+#: Deepest JSON nesting accepted. Real requests nest a few levels; Python's decoder gives up near 1,000
+#: with a RecursionError, and the signature check and handlers re-serialise what we accept.
+MAX_JSON_DEPTH = 100
+#: mns_push.DEFAULT_MAX_AGE_SECONDS (not imported: that module loads urllib on a cold start); a pushed
+#: Date may be this far behind or ahead, so accepted push signatures are remembered for twice as long.
+MNS_PUSH_MAX_AGE = 900.0
+#: The Reason of async requests still running (or still waiting) when the server stops after its grace.
+SHUTDOWN_REASON = "the provider was shut down while the handler ran; retry the stack operation"
 
 Handle = Callable[[dict[str, Any]], object]
 Respond = Callable[[dict[str, Any], float], "Mapping[str, Any] | None"]
@@ -93,6 +112,7 @@ _REASONS = {
     202: "Accepted",
     400: "Bad Request",
     401: "Unauthorized",
+    403: "Forbidden",
     405: "Method Not Allowed",
     409: "Conflict",
     413: "Content Too Large",
@@ -115,6 +135,8 @@ def _media_type(content_type: str) -> tuple[str, dict[str, str]]:
 def _maybe_json(value: str) -> Any:
     text = value.strip()
     if text[:1] in ("{", "["):
+        if json_depth_exceeds(text, MAX_JSON_DEPTH):
+            raise _too_deep("body")
         try:
             return json.loads(text)
         except json.JSONDecodeError:
@@ -154,20 +176,56 @@ def encode_form(body: Mapping[str, Any]) -> str:
     return urlencode(fields)
 
 
+def json_depth_exceeds(text: str, limit: int) -> bool:
+    """Whether JSON `text` nests objects/arrays deeper than `limit`, scanned without recursion (brackets
+    inside strings do not count). Checked before json.loads, whose recursion ends in a RecursionError."""
+    depth, in_string, escaped = 0, False, False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif char in "]}":
+            depth -= 1
+    return False
+
+
+def _too_deep(field: str) -> HttpRefusal:
+    return HttpRefusal(400, "InvalidBody", field, f"must not nest JSON objects or arrays more than {MAX_JSON_DEPTH} levels deep")
+
+
 def decode_body(raw: bytes, media_type: str) -> dict[str, Any]:
-    """The request object from a JSON or form-encoded body; HttpRefusal(400) says what is wrong."""
+    """The request object from a JSON or form-encoded body; HttpRefusal(400) says what is wrong.
+
+    Absurd input is always a 4xx: a 5xx would invite ROS to retry a body that can never be read."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise HttpRefusal(400, "InvalidBody", "body", f"must be UTF-8 text (bad byte at {exc.start})") from None
     if media_type == FORM_TYPE:
-        return _decode_form(text)
+        try:
+            return _decode_form(text)
+        except RecursionError:  # a form field holding absurdly nested JSON
+            raise _too_deep("body") from None
     if not text.strip():
         raise HttpRefusal(400, "InvalidBody", "body", "must not be empty")
+    if json_depth_exceeds(text, MAX_JSON_DEPTH):
+        raise _too_deep("body")
     try:
         decoded = json.loads(text)
     except json.JSONDecodeError as exc:
         raise HttpRefusal(400, "InvalidBody", "body", f"must be JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:  # defensive: the scan above should have refused it
+        raise _too_deep("body") from None
     if not isinstance(decoded, dict):
         raise HttpRefusal(400, "InvalidBody", "body", f"must be a JSON object, got {type(decoded).__name__}")
     return decoded
@@ -238,13 +296,17 @@ def _check_auth(environ: Mapping[str, Any], config: EndpointConfig) -> None:
 
 
 def signed_urls(environ: Mapping[str, Any], config: EndpointConfig) -> list[str]:
-    """The ServiceToken URLs this request may have been signed for: public URL (or Host) + path."""
-    if config.public_url:
-        base = config.public_url
-    else:
-        host = _header(environ, "Host") or f"{environ.get('SERVER_NAME', '')}:{environ.get('SERVER_PORT', '')}"
-        base = f"{environ.get('wsgi.url_scheme', 'http')}://{host}"
-    base = base.rstrip("/")
+    """The ServiceToken URLs this request may have been signed for: the configured public URL + path.
+
+    Never the Host header: the client chooses it, so a request signed for another endpoint sharing
+    the SignKey (or a captured one) would pass by naming that endpoint's host."""
+    if not config.public_url:
+        raise HttpRefusal(
+            500, "EndpointMisconfigured", "public_url",
+            "a SignKey is configured but no public URL: set EndpointConfig.public_url (crhelper serve --public-url) "
+            "to the ServiceToken URL prefix, since the Host header cannot be trusted",
+        )
+    base = config.public_url.rstrip("/")
     path = _request_path(environ)
     query = environ.get("QUERY_STRING") or ""
     urls = [f"{base}{path}" + (f"?{query}" if query else "")]
@@ -279,34 +341,82 @@ def _check_signature(
 
 
 # the worker pool ---------------------------------------------------------------------------------------
+@dataclass(eq=False)  # identity: two deliveries of one request are two jobs
+class _Job:
+    event: dict[str, Any]
+    run: Callable[[], None]
+    started: bool = False
+
+
 class _WorkerPool:
-    """At most `workers` handlers at once and `backlog` more waiting; beyond that submit says no."""
+    """At most `workers` handlers at once and `backlog` more waiting; beyond that submit says no.
+
+    Daemon threads (not a ThreadPoolExecutor, whose threads the interpreter joins at exit): a handler
+    that never returns must not keep a stopping server alive. Whatever a job raises, even a
+    BaseException, the thread lives on, so the pool keeps its size."""
 
     def __init__(self, workers: int, backlog: int) -> None:
-        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="crhelper-http")
         self._slots = threading.BoundedSemaphore(workers + backlog)
+        self._jobs: "queue.Queue[_Job | None]" = queue.Queue()
+        self._lock = threading.Condition()
+        self._pending: list[_Job] = []  # accepted and not finished: waiting or running
         self._closed = False
+        self._threads = [
+            threading.Thread(target=self._work, name=f"crhelper-http-{index}", daemon=True) for index in range(workers)
+        ]
+        for thread in self._threads:
+            thread.start()
 
-    def submit(self, job: Callable[[], None]) -> bool:
-        if self._closed or not self._slots.acquire(blocking=False):
-            return False
-
-        def run() -> None:
-            try:
-                job()
-            finally:
-                self._slots.release()
-
-        try:
-            self._executor.submit(run)
-        except RuntimeError:  # shut down between the check and the submit
-            self._slots.release()
-            return False
+    def submit(self, job: Callable[[], None], event: dict[str, Any]) -> bool:
+        with self._lock:
+            if self._closed or not self._slots.acquire(blocking=False):
+                return False
+            entry = _Job(event, job)
+            self._pending.append(entry)
+        self._jobs.put(entry)
         return True
 
-    def close(self, wait: bool) -> None:
-        self._closed = True
-        self._executor.shutdown(wait=wait)
+    def _work(self) -> None:
+        while True:
+            entry = self._jobs.get()
+            if entry is None:
+                return
+            with self._lock:
+                if entry not in self._pending:  # abandoned at shutdown before it started
+                    continue
+                entry.started = True
+            try:
+                entry.run()
+            except BaseException:  # noqa: BLE001 - the job answers its own failures; the thread must live on
+                _log.exception("async job raised")
+            finally:
+                with self._lock:
+                    if entry in self._pending:
+                        self._pending.remove(entry)
+                        self._slots.release()
+                    self._lock.notify_all()
+
+    def busy(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+    def refuse(self) -> None:
+        """Accept no new jobs (submit says no); accepted ones go on."""
+        with self._lock:
+            self._closed = True
+
+    def close(self, wait: bool, grace: float | None = None) -> list[_Job]:
+        """Refuse new jobs; with `wait`, wait for accepted ones (at most `grace` seconds when given).
+        Returns the jobs abandoned: still running or never started when the wait ended."""
+        with self._lock:
+            self._closed = True
+            if wait:
+                self._lock.wait_for(lambda: not self._pending, timeout=grace)
+            abandoned = list(self._pending)
+            self._pending.clear()
+        for _ in self._threads:
+            self._jobs.put(None)
+        return abandoned
 
 
 # the application ------------------------------------------------------------------------------------------
@@ -326,6 +436,7 @@ class HttpApp:
         respond: Respond | None = None,
     ) -> None:
         self.config = config
+        self._provider = provider
         self._handle: Handle = handle or provider.handle
         self._respond: Respond = respond or (lambda event, within: provider.respond(event, within=within))
         self._pool = None if config.inline else _WorkerPool(config.workers, config.backlog)
@@ -333,6 +444,10 @@ class HttpApp:
             ReplayCache(2 * config.max_skew, config.replay_cache_size)
             if config.sign_key is not None and config.reject_replays
             else None
+        )
+        #: MNS push signatures accepted within the push Date window (mns_push.verify's replay guard).
+        self._push_replays = (
+            ReplayCache(2 * MNS_PUSH_MAX_AGE, config.replay_cache_size) if config.reject_replays and config.mns_suffix else None
         )
 
     # WSGI ------------------------------------------------------------------------------------------------
@@ -414,7 +529,7 @@ class HttpApp:
         if self._pool is None:
             self._run(event)
             return _json_reply(self.config.ack_status, ack)
-        if not self._pool.submit(lambda: self._run(event)):
+        if not self._pool.submit(functools.partial(self._run, event), event):
             raise HttpRefusal(
                 self.config.overload_status, "Overloaded", "-", "all workers are busy; retry later", [("Retry-After", "5")]
             )
@@ -432,12 +547,21 @@ class HttpApp:
 
         try:
             verdict = verify_wsgi(
-                environ, raw, allowed_hosts=self.config.mns_cert_hosts, require_https=self.config.mns_require_https
+                environ, raw, allowed_hosts=self.config.mns_cert_hosts, require_https=self.config.mns_require_https,
+                replays=self._push_replays,
             )
         except PushVerificationError as exc:
+            if exc.reason.startswith("replayed push"):
+                raise HttpRefusal(409, "Replayed", "Authorization", f"MNS push refused: {exc.reason}") from None
             raise HttpRefusal(403, "InvalidSignature", "Authorization", f"MNS push signature not verified: {exc.reason}") from None
         accepted = 0
-        for envelope in unwrap_event(raw):
+        try:
+            envelopes = unwrap_event(raw)
+        except RecursionError:  # absurdly nested JSON: acknowledged (a retry cannot fix it) and logged
+            envelopes = []
+            _log.error("MNS push message cannot be decoded", extra={"fields": {
+                "MessageId": verdict.message_id, "error": "JSON nested too deeply"}})
+        for envelope in envelopes:
             if not envelope.ok or not isinstance(envelope.body, dict):
                 _log.error("MNS push message cannot be decoded", extra={"fields": {
                     "MessageId": verdict.message_id, "error": envelope.error}})
@@ -445,7 +569,9 @@ class HttpApp:
             event = envelope.body
             if self._pool is None:
                 self._run(event)
-            elif not self._pool.submit(functools.partial(self._run, event)):
+            elif not self._pool.submit(functools.partial(self._run, event), event):
+                if self._push_replays is not None:  # MNS may retry this very push; the store absorbs repeats
+                    self._push_replays.release(verdict.replay_key)
                 raise HttpRefusal(self.config.overload_status, "Overloaded", "-", "all workers are busy; MNS will retry")
             accepted += 1
         return _json_reply(self.config.ack_status, {"Accepted": accepted, "MessageId": verdict.message_id})
@@ -455,11 +581,56 @@ class HttpApp:
             self._handle(event)
         except Exception:  # provider.handle answers its own failures; this is a last resort for the log
             _log.exception("async handler raised", extra={"fields": {"RequestId": event.get("RequestId")}})
+        except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt, CancelledError, SystemExit from a
+            # handler skip the provider's own answer: answer FAILED here, or ROS waits for the whole Timeout
+            _log.exception("async handler raised a BaseException", extra={"fields": {"RequestId": event.get("RequestId")}})
+            abandon(self._provider, event, f"the handler was interrupted ({type(exc).__name__}); retry the stack operation")
 
-    def close(self, wait: bool = True) -> None:
-        """Refuse new async requests (the overload status) and, with `wait`, let accepted ones finish answering."""
+    def set_public_url(self, url: str) -> None:
+        """Fix the URL signatures are checked against (a server that knows its own bound address)."""
+        self.config = replace(self.config, public_url=url)
+
+    def busy(self) -> int:
+        """Async requests accepted and not yet answered."""
+        return self._pool.busy() if self._pool is not None else 0
+
+    def stop_accepting(self) -> None:
+        """A stopping server: new async requests get the overload status (ROS may retry them against a
+        server that stays up) instead of being accepted and then cut short."""
         if self._pool is not None:
-            self._pool.close(wait)
+            self._pool.refuse()
+
+    def close(self, wait: bool = True, grace: float | None = None) -> int:
+        """Refuse new async requests (the overload status) and, with `wait`, let accepted ones finish
+        answering: forever, or for `grace` seconds, after which each still running or waiting is
+        answered FAILED (SHUTDOWN_REASON) so that ROS does not wait for the whole Timeout. Returns how
+        many were answered so."""
+        if self._pool is None:
+            return 0
+        abandoned = self._pool.close(wait, grace)
+        answered = 0
+        for job in abandoned:
+            if wait and abandon(self._provider, job.event, SHUTDOWN_REASON):
+                answered += 1
+        if abandoned and wait:
+            _log.warning("grace period over: async requests still running were answered FAILED",
+                         extra={"fields": {"abandoned": len(abandoned), "answered": answered, "grace": grace}})
+        return answered
+
+
+def abandon(provider: Any, event: Mapping[str, Any], reason: str) -> bool:
+    """Answer FAILED for a request whose handler cannot finish (interrupted, or the server stops),
+    once: through the provider's `give_up` (recorded first, so nothing answers it again); a
+    long-running operation is left to recovery. Returns whether a FAILED was sent."""
+    give_up = getattr(provider, "give_up", None)
+    if callable(give_up):
+        outcome = give_up(dict(event), reason)
+        return bool(outcome.body is not None and outcome.delivered)
+    from ..config import Settings
+    from ..runtime import answer_failure
+
+    _, report = answer_failure(dict(event), reason, Settings())
+    return bool(report.delivered)
 
 
 def wsgi_app(

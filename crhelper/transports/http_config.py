@@ -49,7 +49,8 @@ class EndpointConfig:
     overload_status: int = 500
     max_body: int = DEFAULT_MAX_BODY
     #: The ServiceToken URL prefix this server is reached as (scheme://host[:port][/prefix]); the
-    #: request path is appended. Needed for signatures behind proxies; else taken from the Host header.
+    #: request path is appended. Required with a SignKey: signatures cover this URL, and the Host header
+    #: cannot stand in for it (a client could name another endpoint sharing the key).
     public_url: str | None = None
     sign_key: str | None = field(default=None, repr=False)
     #: Names of HttpConfig.Headers that ROS signs, spelled as in the template.

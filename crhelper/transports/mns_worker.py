@@ -6,14 +6,25 @@ message invisible while its handler runs, and deletes it only once nothing is le
 
 * response delivered, or nothing to send now (an operation continuing later, a duplicate absorbed by
   the idempotency store, a request no one can answer): delete;
+* the request is in flight in another process that may still be alive and no follow-up could be
+  scheduled (`outcome.retry_after`): keep, with its visibility set to about `retry_after` seconds, so
+  that MNS hands it out again when the holder's lease lapses. Deleting it would lose the request if
+  that holder died;
 * response NOT delivered (ResponseURL unreachable): keep. MNS makes the message visible again after
   the visibility timeout and the store re-sends the stored answer, without running the handler again;
-* poison (not JSON, not base64 of JSON, not a ROS request): delete at once and log an error with the
-  MessageId. Redelivery cannot make such a body readable, and ROS cannot be answered without its
-  ResponseURL, so keeping it would only cost a receive per visibility timeout until retention ends.
+* response rejected for good (`outcome.final`: a final 4xx, an invalid or refused URL): delete with
+  an error log line; keeping it would re-post the same rejected answer once per visibility period;
+* poison (not JSON, not base64 of JSON, not UTF-8, absurdly nested, not a ROS request): delete at once
+  and log an error with the MessageId. Redelivery cannot make such a body readable, and ROS cannot be
+  answered without its ResponseURL, so keeping it would only cost a receive per visibility timeout;
+* a handler escaping with a BaseException (KeyboardInterrupt, asyncio.CancelledError, SystemExit):
+  keep for redelivery; the worker thread lives on.
 
 SIGTERM/SIGINT stop receiving, let in-flight handlers finish for up to a grace period, then exit 0;
-messages still running then are simply redelivered later. Each thread has its own SDK client, because
+messages still running then get a short visibility (RELEASE_VISIBILITY) and no more extensions, so
+they come back within seconds instead of after a whole visibility timeout. At start the worker runs
+the provider's recovery once in the background (operations a SIGKILLed worker left in the store),
+then every `recover_every` seconds as before. Each thread has its own SDK client, because
 the SDK keeps one HTTP connection per client and is not thread-safe.
 """
 
@@ -21,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import queue as queue_module
 import random
 import signal
@@ -37,6 +49,7 @@ __all__ = [
     "QueueWorker",
     "Action",
     "disposition",
+    "defer_visibility",
     "first_extension_delay",
     "error_backoff",
     "process_message",
@@ -50,6 +63,9 @@ MAX_BATCH = 16
 MAX_WAIT_SECONDS = 30
 #: MNS visibility timeouts are 1-43,200 s.
 MAX_VISIBILITY = 43_200
+#: Visibility given to messages still running when a stopping worker's grace ends, and to messages
+#: received while stopping: short, so another worker gets them soon.
+RELEASE_VISIBILITY = 2
 #: Errors that mean a receipt handle no longer holds the message (it became visible or was taken again).
 LOST_HANDLE_ERRORS = frozenset({"MessageNotExist", "ReceiptHandleError"})
 
@@ -61,15 +77,34 @@ _log = get_logger("worker")
 class Action(enum.Enum):
     DELETE = "delete"
     KEEP = "keep"
+    #: Keep, and make the message visible again after a given delay (`retry_after`).
+    DEFER = "defer"
 
 
-def disposition(body: dict[str, Any] | None, delivered: bool) -> tuple[Action, str]:
-    """What to do with a handled message, and why (pure)."""
+def disposition(
+    body: dict[str, Any] | None, delivered: bool, *, final: bool = False, retry_after: float | None = None
+) -> tuple[Action, str]:
+    """What to do with a handled message, and why (pure).
+
+    `retry_after`: nothing was sent because another process holds the request in flight and may still
+    be alive; deleting would lose the request if that process died, so the message comes back then.
+    `final`: the response could not be delivered and retrying cannot help (a final 4xx, an invalid or
+    refused URL); keeping it would only re-post the same answer once per visibility period."""
+    if retry_after is not None and body is None:
+        return Action.DEFER, f"request in flight elsewhere; checking again in {retry_after:g} s"
     if body is None:
         return Action.DELETE, "nothing to send now"
     if delivered:
         return Action.DELETE, "response delivered"
+    if final:
+        return Action.DELETE, "response rejected for good (retrying cannot help); message deleted"
     return Action.KEEP, "response not delivered; left in the queue for redelivery"
+
+
+def defer_visibility(retry_after: float) -> int:
+    """The visibility (whole seconds, within MNS's 1-43,200) that brings a deferred message back after
+    about `retry_after` seconds."""
+    return max(1, min(MAX_VISIBILITY, int(math.ceil(retry_after))))
 
 
 def first_extension_delay(next_visible_ms: int | None, extend_every: float, now: float) -> float:
@@ -94,7 +129,7 @@ def process_message(provider: Any, request: dict[str, Any], reentry: Reentry | N
     return provider.process(request, reentry=reentry)
 
 
-def recover_stalled(provider: Any, reentry: Reentry, limit: int = 5) -> int:
+def recover_stalled(provider: Any, reentry: Reentry | None, limit: int = 5) -> int:
     """Resume operations whose worker died mid-step (their step lease ran out); returns how many finished."""
     return int(provider.recover(reentry, limit))
 
@@ -121,6 +156,8 @@ class WorkerStats:
     extensions: int = 0
     lost: int = 0
     released: int = 0
+    deferred: int = 0
+    final: int = 0
     receive_errors: int = 0
     recovered: int = 0
 
@@ -198,6 +235,7 @@ class QueueWorker:
         keeper = threading.Thread(target=self._keep_visible, name="crhelper-worker-visibility", daemon=True)
         keeper.start()
         self._threads.append(keeper)
+        self._recover_now()  # operations a killed predecessor left: resumed now, not after recover_every
         self._receiver = threading.Thread(target=self._receive_loop, name="crhelper-worker-receive", daemon=True)
         self._receiver.start()
         _log.info("queue worker started", extra={"fields": {
@@ -217,8 +255,12 @@ class QueueWorker:
         with self._lock:
             drained = self._lock.wait_for(lambda: self._busy == 0, timeout=max(0.0, grace))
         if not drained:
+            self._keeper_stop.set()  # no more extensions: these messages must come back soon
+            self._keeper_wake.set()
+            released = self._release_in_flight()
             _log.warning("grace period over with messages still in flight; MNS will redeliver them",
-                         extra={"fields": {"in_flight": self._busy, "grace": grace}})
+                         extra={"fields": {"in_flight": self._busy, "grace": grace, "released": released,
+                                           "visible_in": RELEASE_VISIBILITY}})
         if self._receiver is not None:  # its long poll ends within wait_seconds; what it got is released
             self._receiver.join(self.wait_seconds + 2.0 if drained else max(0.1, deadline - time.monotonic()))
         self._keeper_stop.set()
@@ -350,7 +392,7 @@ class QueueWorker:
 
         for message in messages:
             try:
-                self._queue().change_message_visibility(message.receipt_handle, 1)
+                self._queue().change_message_visibility(message.receipt_handle, RELEASE_VISIBILITY)
                 self._count("released")
             except MNSExceptionBase as exc:
                 _log.warning("could not release a message while stopping", extra={"fields": {
@@ -379,10 +421,23 @@ class QueueWorker:
             self._busy += 1
         self._tasks.put(lambda: self._recover(reentry))
 
-    def _recover(self, reentry: Reentry) -> None:
+    def _recover_now(self) -> None:
+        """Once at start, in a worker thread: resume operations whose process died (a SIGKILLed worker
+        holding them), whatever the re-entry choice (None lets the provider use its own)."""
+        self._last_recovery = time.monotonic()
+        try:
+            reentry = self._reentry()
+        except Exception:  # noqa: BLE001 - the periodic recovery tries again
+            _log.exception("recovery at start: no re-entry available")
+            return
+        with self._lock:
+            self._busy += 1
+        self._tasks.put(lambda: self._recover(reentry))
+
+    def _recover(self, reentry: Reentry | None) -> None:
         try:
             self._count("recovered", recover_stalled(self.provider, reentry))
-        except Exception:
+        except BaseException:  # noqa: BLE001 - the periodic recovery tries again
             _log.exception("recovery of stalled operations failed")
         finally:
             self._done()
@@ -408,21 +463,37 @@ class QueueWorker:
         try:
             try:
                 request = decode_body(message.message_body)
-            except BodyDecodeError as exc:
+            except Exception as exc:  # noqa: BLE001 - BodyDecodeError, RecursionError (absurd nesting), ...:
+                # decoding is a function of the bytes alone, so redelivery can never make them readable
                 self._count("poison")
+                error = str(exc) if isinstance(exc, BodyDecodeError) else f"{type(exc).__name__}: {str(exc)[:200]}"
                 _log.error("poison message deleted: the body is not a ROS request",
-                           extra={"fields": {**fields, "error": str(exc)}})
+                           extra={"fields": {**fields, "error": error}})
                 self._finish(lease, Action.DELETE)
                 return
-            outcome = process_message(self.provider, request, self._reentry())
-            action, reason = disposition(outcome.body, outcome.delivered)
-            if outcome.body is None and outcome.error:
+            try:
+                outcome = process_message(self.provider, request, self._reentry())
+            except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt, CancelledError, SystemExit from a
+                # handler: nothing was answered. Keep the message so that MNS redelivers it, and keep this thread.
+                _log.error("handler interrupted; the message stays in the queue for redelivery",
+                           extra={"fields": {**fields, "error": f"{type(exc).__name__}: {exc}"}}, exc_info=True)
+                self._finish(lease, Action.KEEP)
+                return
+            retry_after = getattr(outcome, "retry_after", None)
+            final = bool(getattr(outcome, "final", False))
+            action, reason = disposition(outcome.body, outcome.delivered, final=final, retry_after=retry_after)
+            if action is Action.DEFER:
+                _log.info(reason, extra={"fields": fields})
+            elif outcome.body is None and outcome.error:
                 self._count("poison")
                 _log.error("message deleted: it cannot be answered",
                            extra={"fields": {**fields, "error": outcome.error}})
+            elif action is Action.DELETE and final and not outcome.delivered:
+                self._count("final")
+                _log.error(reason, extra={"fields": {**fields, "error": outcome.error}})
             elif action is Action.KEEP:
                 _log.warning(reason, extra={"fields": {**fields, "error": outcome.error}})
-            self._finish(lease, action)
+            self._finish(lease, action, retry_after)
         except BaseException:  # noqa: BLE001 - a bug (even SystemExit from a handler) must not end this thread
             # Otherwise the lease stays registered, the keeper extends it forever and the message is never
             # handled again. Keep the message so that MNS redelivers it.
@@ -431,7 +502,7 @@ class QueueWorker:
         finally:
             self._done()
 
-    def _finish(self, lease: _Lease, action: Action) -> None:
+    def _finish(self, lease: _Lease, action: Action, retry_after: float | None = None) -> None:
         from mns.mns_exception import MNSExceptionBase
 
         with lease.lock:  # waits for an extension in progress, whose new handle the delete needs
@@ -446,12 +517,45 @@ class QueueWorker:
             _log.warning("message not deleted: its visibility lapsed while handling, MNS may deliver it again "
                          "(the idempotency store absorbs the duplicate)", extra={"fields": {"MessageId": lease.message_id}})
             return
+        if action is Action.DEFER:
+            seconds = defer_visibility(retry_after if retry_after is not None else self.visibility_timeout)
+            try:
+                self._queue().change_message_visibility(handle, seconds)
+                self._count("deferred")
+            except MNSExceptionBase as exc:  # it still comes back when its current visibility ends
+                _log.warning("deferring a message failed; MNS delivers it again when its visibility ends",
+                             extra={"fields": {"MessageId": lease.message_id, "error": f"{exc.type}: {exc.message}"}})
+            return
         try:
             self._queue().delete_message(handle)
             self._count("deleted")
         except MNSExceptionBase as exc:
             _log.warning("deleting a handled message failed; MNS may deliver it again",
                          extra={"fields": {"MessageId": lease.message_id, "error": f"{exc.type}: {exc.message}"}})
+
+    def _release_in_flight(self) -> int:
+        """When the grace ends: make each message still being handled visible again soon (instead of
+        after a full visibility period) and stop extending it; returns how many were released."""
+        from mns.mns_exception import MNSExceptionBase
+
+        with self._lock:
+            leases = list(self._leases.values())
+        released = 0
+        for lease in leases:
+            with lease.lock:
+                if lease.finished or lease.lost:
+                    continue
+                try:
+                    changed = self._queue().change_message_visibility(lease.receipt_handle, RELEASE_VISIBILITY)
+                except MNSExceptionBase as exc:
+                    _log.warning("could not release a message still in flight; MNS redelivers it when its "
+                                 "visibility ends", extra={"fields": {"MessageId": lease.message_id, "error": exc.type}})
+                    continue
+                lease.receipt_handle = changed.receipt_handle  # a handler finishing now may still delete it
+                lease.next_extend_at = math.inf
+                released += 1
+        self._count("released", released)
+        return released
 
     # ------------------------------------------------------------------ visibility
     def _keep_visible(self) -> None:

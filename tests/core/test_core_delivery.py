@@ -213,3 +213,18 @@ def test_https_with_a_hashed_ca_directory(tls, tmp_path, monkeypatch):
         event = server.attach(make_event("Create", "Custom::P"))
         plain_provider().handle(event)
         assert server.wait_for(event["RequestId"])["Status"] == "SUCCESS"
+
+
+def test_backoff_jitter_spans_exactly_zero_to_the_capped_exponential():
+    settings = DeliverySettings(backoff_base=0.5, backoff_cap=8.0)
+    seen: list[tuple[float, float]] = []
+
+    def lowest(a: float, b: float) -> float:
+        seen.append((a, b))
+        return a
+
+    for attempt in (1, 2, 5, 6, 30):
+        assert backoff_delay(attempt, settings, rand=lowest) == 0.0
+        assert backoff_delay(attempt, settings, rand=lambda a, b: b) == min(8.0, 0.5 * 2 ** (attempt - 1))
+    assert seen == [(0.0, 0.5), (0.0, 1.0), (0.0, 8.0), (0.0, 8.0), (0.0, 8.0)]
+    assert backoff_delay(5, DeliverySettings(backoff_base=0.5, backoff_cap=7.9), rand=lambda a, b: b) == 7.9

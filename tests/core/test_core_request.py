@@ -95,3 +95,12 @@ def test_update_without_old_properties_gets_an_empty_map():
     event = make_event("Update", "Custom::X", physical_resource_id="p-1")
     del event["OldResourceProperties"]
     assert parse_request(event).old_properties == {}
+
+
+def test_lone_surrogates_and_deep_nesting_are_named_by_field():
+    event = make_event("Create", "Custom::X", {"Deep": json.loads("[" * 150 + "]" * 150)})
+    event["RequestId"] = "\ud800"
+    with pytest.raises(RequestError) as caught:
+        parse_request(event)
+    assert str(caught.value) == ("ResourceProperties: nested too deeply (limit 100 levels); "
+                                 "RequestId: contains a lone surrogate U+D800, not valid Unicode")

@@ -75,3 +75,26 @@ def test_data_must_be_a_json_object_and_names_the_bad_key():
     assert "Data['when']" in data_problem({"ok": 1, "when": object()})
     assert "Data key 3" in data_problem({3: "x"})
     assert data_problem({"nested": {"a": [1, 2.5, None, True]}}) is None
+
+
+def test_the_4096_byte_boundary_with_multibyte_data():
+    request = _request()
+    base = success_body(request, "id-1", {"t": ""})
+    room = MAX_RESPONSE_BYTES - len(encode(base))
+    exact = success_body(request, "id-1", {"t": "汉" * (room // 3) + "é" * ((room % 3) // 2) + "a" * ((room % 3) % 2)})
+    assert len(encode(exact)) == MAX_RESPONSE_BYTES
+    assert fit_to_limit(exact) == exact
+    over = success_body(request, "id-1", {"t": exact["Data"]["t"] + "a"})
+    assert len(encode(over)) == MAX_RESPONSE_BYTES + 1
+    assert fit_to_limit(over)["Status"] == "FAILED"
+
+
+def test_physical_id_boundary_is_255_utf8_bytes():
+    assert physical_id_problem("é" * 127 + "a") is None
+    assert physical_id_problem("汉" * 85) is None
+    assert physical_id_problem("汉" * 85 + "a") == "PhysicalResourceId is 256 bytes; ROS allows at most 255"
+
+
+def test_encode_escapes_only_lone_surrogates():
+    assert encode({"a": "汉\udc80"}) == '{"a":"汉\\udc80"}'.encode()
+    assert json.loads(encode({"a": "汉\udc80"})) == {"a": "汉\udc80"}

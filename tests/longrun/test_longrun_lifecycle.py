@@ -20,17 +20,8 @@ def store_url(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def provider_factory():
-    made: list[Provider] = []
-
-    def make(**kw) -> Provider:
-        provider = Provider(**kw)
-        made.append(provider)
-        return provider
-
-    yield make
-    for provider in made:
-        provider.close()
+def provider_factory(providers):
+    return providers
 
 
 def polling_provider(make, polls: int, delay: float, calls: list) -> Provider:

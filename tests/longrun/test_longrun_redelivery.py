@@ -42,9 +42,7 @@ def provider(tmp_path, monkeypatch):
     made.close()
 
 
-def test_redelivered_reentry_after_completion_resends_the_answer(provider, response_server):
-    calls: list[int] = []
-
+def _two_step(provider, calls):
     @provider.create("Custom::Two")
     def create(props, request):
         calls.append(request.attempt)
@@ -52,17 +50,39 @@ def test_redelivered_reentry_after_completion_resends_the_answer(provider, respo
             return InProgress(state={"step": 1}, delay=0)
         return Result(physical_id="two-1", data={"Step": request.state["step"]})
 
+
+def test_redelivered_reentry_after_a_delivered_answer_sends_nothing(provider, response_server):
+    calls: list[int] = []
+    _two_step(provider, calls)
     reentry = CapturingReentry()
     event = response_server.attach(make_event("Create", "Custom::Two"))
     assert provider.process(event, reentry=reentry).body is None
     [continuation_id] = reentry.scheduled
     final = provider.process(continuation_payload(continuation_id), reentry=reentry)
-    assert final.body is not None and final.body["Status"] == "SUCCESS"
-    # The process died before its answer arrived, so FC (or MNS) delivers the re-entry again:
+    assert final.body is not None and final.body["Status"] == "SUCCESS" and final.delivered
+    # FC (or MNS) delivers the re-entry again although its answer arrived: nothing is sent twice.
+    again = provider.process(continuation_payload(continuation_id), reentry=reentry)
+    assert again.body is None
+    assert calls == [0, 1]
+    assert response_server.responses_for(event["RequestId"]) == [final.body]
+
+
+@pytest.mark.allow_violations
+def test_redelivered_reentry_after_an_undelivered_answer_resends_it_once(provider, response_server):
+    calls: list[int] = []
+    _two_step(provider, calls)
+    reentry = CapturingReentry()
+    event = response_server.attach(make_event("Create", "Custom::Two"), fail_first=1, fail_status=400)
+    assert provider.process(event, reentry=reentry).body is None
+    [continuation_id] = reentry.scheduled
+    final = provider.process(continuation_payload(continuation_id), reentry=reentry)
+    assert final.body is not None and not final.delivered  # refused once by the ResponseURL
     again = provider.process(continuation_payload(continuation_id), reentry=reentry)
     assert again.body == final.body and again.delivered
+    third = provider.process(continuation_payload(continuation_id), reentry=reentry)
+    assert third.body is None
     assert calls == [0, 1]
-    assert response_server.responses_for(event["RequestId"]) == [final.body, final.body]
+    assert response_server.responses_for(event["RequestId"]) == [final.body]
 
 
 def _lifecycle(tmp_path, clock: Clock, registry) -> Lifecycle:
@@ -84,10 +104,10 @@ def test_orphaned_continuation_after_a_takeover_neither_runs_nor_cleans_up(tmp_p
     event = make_event("Create", "Custom::Slow")
     request = parse_request(event)
     try:
-        assert lifecycle.process(request, event, run, reentry) is None
+        assert lifecycle.process(request, event, run, reentry).body is None
         # Every process dies; long after the deadline a redelivery takes the request over.
         clock.now += 200
-        assert lifecycle.process(request, event, run, reentry) is None
+        assert lifecycle.process(request, event, run, reentry).body is None
         assert calls == [0, 0]
         old, new = reentry.scheduled
         # The first operation's re-entry (or a recovery) must not act for a request it lost.
@@ -116,11 +136,16 @@ def test_finished_marker_is_removed_once_due_without_resending(tmp_path):
     try:
         lifecycle.process(parse_request(event), event, run, reentry)
         clock.now += 3  # the step's timer never fired: recovery picks it up
-        [(_, body)] = lifecycle.recover(run, reentry)
+        [verdict] = lifecycle.recover(run, reentry)
+        body = verdict.body
         assert body["Status"] == "SUCCESS" and calls == [0, 1]
+        verdict.settle(False)  # its answer did not arrive
         clock.now += 60
         assert lifecycle.recover(run, reentry) == []          # not due: kept for redeliveries
-        assert lifecycle.resume(reentry.scheduled[0], run, reentry)[1] == body
+        again = lifecycle.resume(reentry.scheduled[0], run, reentry)
+        assert again.body == body
+        again.settle(True)
+        assert lifecycle.resume(reentry.scheduled[0], run, reentry) is None  # delivered now
         clock.now += 3600
         assert lifecycle.recover(run, reentry) == []          # due: removed, nothing re-sent
         assert lifecycle.store.get_continuation(reentry.scheduled[0]) is None
@@ -143,7 +168,7 @@ def test_duplicate_resumes_a_stalled_operation_by_the_lifecycle_clock(tmp_path):
     try:
         lifecycle.process(request, event, run, reentry)
         clock.now += 30  # the re-entry was lost; the operation is due and nobody runs it
-        assert lifecycle.process(request, event, run, reentry) is None
+        assert lifecycle.process(request, event, run, reentry).body is None
         assert calls == [0, 1]
         assert reentry.scheduled == [reentry.scheduled[0]] * 2
     finally:

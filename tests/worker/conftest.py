@@ -46,20 +46,6 @@ def store_url(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 @pytest.fixture()
-def providers() -> Iterator[Callable[..., Provider]]:
-    made: list[Provider] = []
-
-    def make(**kw: Any) -> Provider:
-        provider = Provider(**kw)
-        made.append(provider)
-        return provider
-
-    yield make
-    for provider in made:
-        provider.close()
-
-
-@pytest.fixture()
 def start_worker(local_mns: LocalMNS) -> Iterator[Callable[..., QueueWorker]]:
     """Start a QueueWorker on a LocalMNS queue with quick polling; every one is stopped in teardown."""
     workers: list[QueueWorker] = []

@@ -60,6 +60,7 @@ def test_poison_messages_are_deleted_without_sinking_good_ones(
     worker = start_worker(greeting_provider(providers), name)
     assert response_server.wait_for(good["RequestId"])["Status"] == "SUCCESS"
     wait_until(lambda: queue_empty(local_mns, name))
+    wait_until(lambda: worker.stats()["deleted"] == 4)  # counted just after each delete returns
     stats = worker.stats()
     assert stats["poison"] == 3 and stats["deleted"] == 4 and len(response_server.captures) == 1
 
