@@ -175,32 +175,57 @@ class Lifecycle:
         self._renewer = _Renewer(self, background=renew_in_background)
 
     # entry points ------------------------------------------------------------------------
-    def process(self, request: Request, raw: dict[str, Any], run: Step, reentry: Reentry | None) -> Verdict:
-        """What to send for a fresh delivery (a Verdict whose body is None when nothing is due now)."""
-        key = key_of(request)
-        operation_id = new_continuation_id()
+    def accept(self, request: Request, raw: dict[str, Any]) -> str:
+        """Store a request before acknowledging it (a server that answers later): held by this
+        process, its lease renewed until `process(..., accepted=id)` runs it. Should the process die
+        first, recovery finds it and runs it. Returns the operation id."""
+        return self._store_request(request, raw).continuation.id
+
+    def discard(self, operation_id: str) -> None:
+        """Forget a request accepted with `accept` that will not be run here (refused after all)."""
+        for hold in self.holds():
+            if hold.continuation.id == operation_id:
+                self._release(hold)
+        self.store.delete_continuation(operation_id)
+
+    def _store_request(self, request: Request, raw: dict[str, Any]) -> _Hold:
         now = self.clock()
-        deadline = now + self._deadline_for(request)
         mine = Continuation(
-            id=operation_id, request=raw, state=None, attempt=0, started_at=now, deadline=deadline,
-            next_run_at=now + self.step_lease, holder=self.identity(),
+            id=new_continuation_id(), request=raw, state=None, attempt=0, started_at=now,
+            deadline=now + self._deadline_for(request), next_run_at=now + self.step_lease, holder=self.identity(),
         )
-        # The request is stored before it is claimed: a process dying after the claim leaves
-        # something recovery can find and run again.
         self.store.put_continuation(mine)
-        claim = self.store.claim(key, operation_id, lease_seconds=(deadline - now) + self.step_lease,
+        return self._hold(mine)
+
+    def process(
+        self, request: Request, raw: dict[str, Any], run: Step, reentry: Reentry | None, accepted: str | None = None
+    ) -> Verdict:
+        """What to send for a fresh delivery (a Verdict whose body is None when nothing is due now);
+        `accepted` is the id `accept` returned for this request."""
+        key = key_of(request)
+        hold = next((h for h in self.holds() if accepted is not None and h.continuation.id == accepted), None)
+        if hold is None:
+            # The request is stored before it is claimed: a process dying after the claim leaves
+            # something recovery can find and run again.
+            hold = self._store_request(request, raw)
+        mine = hold.continuation
+        operation_id, now, deadline = mine.id, self.clock(), mine.deadline
+        claim = self.store.claim(key, operation_id, lease_seconds=max(0.0, deadline - now) + self.step_lease,
                                  ttl_seconds=max(self.record_ttl, deadline - now + self.step_lease))
+        if not claim.owns:
+            self.discard(operation_id)
         if claim.status is ClaimStatus.COMPLETED:
-            self.store.delete_continuation(operation_id)
-            _log.info("duplicate of a completed request: re-sending the stored response")
-            return Verdict(claim.record.response, request)
+            if claim.record.state is RecordState.DELIVERED:
+                _log.info("duplicate of a request whose answer was delivered: nothing sent again")
+                return Verdict(None, request)
+            _log.info("duplicate of a completed request whose answer was not delivered: re-sending it")
+            return self._resend(key, claim.record, request)
         if claim.status is ClaimStatus.IN_FLIGHT:
-            self.store.delete_continuation(operation_id)
             return self._in_flight(claim.record, raw, request, run, reentry)
         if claim.status is ClaimStatus.TAKEN_OVER:
             _log.warning("an earlier attempt lost its lease without finishing: running the request again")
-        request = dataclasses.replace(request, started_at=now)
-        return self._step(key, request, self._hold(mine), run, reentry)
+        request = dataclasses.replace(request, started_at=mine.started_at)
+        return self._step(key, request, hold, run, reentry)
 
     def process_in_band(
         self, request: Request, run: "Callable[[Request], dict[str, Any] | Orphaned]", wait_until: float | None
@@ -276,37 +301,49 @@ class Lifecycle:
             return None
         hold = self._hold(dataclasses.replace(held, version=continuation.version + 1))
         with request_context(request.log_fields()):
+            if record.state is RecordState.DELIVERED:  # its process died just after sending it
+                self._settle(hold, True, key)
+                return None
             if record.state is RecordState.COMPLETED:
                 # Recorded by this operation, but its process died before the answer was sent.
                 _log.warning("sending the recorded answer of an operation whose process died before sending it")
-                return Verdict(record.response, request, on_settle=lambda delivered: self._settle(hold, delivered))
+                return Verdict(record.response, request, on_settle=lambda delivered: self._settle(hold, delivered, key))
             if now >= continuation.deadline:
                 return self._timed_out(key, request, hold)
             return self._step(key, request, hold, run, reentry)
 
-    def recover(self, run: Step, reentry: Reentry | None, limit: int = 50) -> list[Verdict]:
-        """Resume operations whose process died (their step lease ran out) or that are overdue;
-        returns the verdicts whose bodies the caller sends (and settles)."""
-        finished = []
+    def recoverable(self, limit: int = 50) -> list[str]:
+        """Operations to resume now: abandoned steps (lease lapsed, or a holder of this machine that
+        died, taken over at once rather than when its lease ends), overdue polls and due markers."""
         now = self.clock()
-        # Held steps are looked at a lease ahead: a holder of this machine that died is taken over
-        # at once, not when its lease ends.
-        candidates = self.store.due_continuations(now + self.step_lease, limit)
-        for continuation in candidates:
+        due = []
+        for continuation in self.store.due_continuations(now + self.step_lease, limit):
             if continuation.finished:
                 if continuation.next_run_at > now:
                     continue
             elif not (continuation.next_run_at <= now - EARLY_TOLERANCE
                       or (continuation.holder and self._takeable(continuation, now))):
                 continue
-            try:
-                resumed = self.resume(continuation.id, run, reentry)
-            except Exception:
-                _log.exception("recovering an operation failed")
-                continue
+            due.append(continuation.id)
+        return due
+
+    def recover(self, run: Step, reentry: Reentry | None, limit: int = 50) -> list[Verdict]:
+        """Resume `recoverable` operations one after another; returns the verdicts whose bodies the
+        caller sends (and settles). Servers run them side by side instead (`services.recover`)."""
+        finished = []
+        for operation_id in self.recoverable(limit):
+            resumed = self.resume_safely(operation_id, run, reentry)
             if resumed is not None and resumed.body is not None:
                 finished.append(resumed)
         return finished
+
+    def resume_safely(self, operation_id: str, run: Step, reentry: Reentry | None) -> Verdict | None:
+        """`resume` for recovery: a failure is logged and leaves the operation for a later pass."""
+        try:
+            return self.resume(operation_id, run, reentry)
+        except Exception:
+            _log.exception("recovering an operation failed")
+            return None
 
     def give_up(self, request: Request, reason: str) -> Verdict | None:
         """Answer FAILED for a request whose handler this process cannot let finish (the server stops,
@@ -317,9 +354,13 @@ class Lifecycle:
         key = key_of(request)
         body = failed_for(request, reason)
         record = self.store.get(key)
-        if record is None:
-            return Verdict(body, request)  # never claimed: nothing else will answer it
-        if record.state is RecordState.COMPLETED:
+        if record is None:  # never claimed: nothing else will answer it, once accepted ones are let go
+            for hold in self.holds():
+                if hold.continuation.request.get("RequestId") == request.request_id and \
+                        key_of(parse_request(hold.continuation.request)) == key:
+                    self.discard(hold.continuation.id)
+            return Verdict(body, request)
+        if record.state.done:
             return None
         continuation = self.store.get_continuation(record.owner)
         if continuation is not None and (continuation.attempt > 0 or continuation.finished):
@@ -400,12 +441,15 @@ class Lifecycle:
         self._renewer.remove(hold)
         return current
 
-    def _settle(self, hold: _Hold, delivered: bool) -> None:
-        """After the answer was sent: a request answered in its first call leaves nothing behind; an
-        operation that was re-entered keeps a finished marker, for re-entries redelivered later."""
+    def _settle(self, hold: _Hold, delivered: bool, key: IdempotencyKey) -> None:
+        """After the answer was sent: the record says whether it arrived (so duplicates know whether
+        to send it again); a request answered in its first call leaves nothing behind, and an
+        operation that was re-entered keeps a finished marker for re-entries redelivered later."""
         current = self._release(hold)
         if hold.lost:
             return
+        if delivered:
+            self.store.mark_delivered(key, current.id)
         if current.attempt <= 0 and not current.finished:
             self.store.delete_continuation(current.id)
             return
@@ -491,19 +535,32 @@ class Lifecycle:
         if now >= continuation.next_run_at:
             self.store.delete_continuation(continuation.id)
             return None
-        if continuation.delivered or record is None or record.response is None or record.owner != continuation.id:
+        if (continuation.delivered or record is None or record.state is not RecordState.COMPLETED
+                or record.owner != continuation.id):
             return None
         won = dataclasses.replace(continuation, attempt=DELIVERED_ATTEMPT)
         if not self.store.update_continuation(won, continuation.version):
             return None  # another process is re-sending it
         hold = _Hold(dataclasses.replace(won, version=continuation.version + 1))
+        key = record.key
 
         def settle(delivered: bool) -> None:
-            if not delivered:  # let a later redelivery try again
+            if delivered:
+                self.store.mark_delivered(key, record.owner)
+            else:  # let a later redelivery try again
                 self.store.update_continuation(dataclasses.replace(hold.continuation, attempt=FINISHED_ATTEMPT),
                                                hold.continuation.version)
 
-        _log.info("re-entry of a completed operation whose answer may be lost: re-sending the stored response")
+        _log.info("re-entry of a completed operation whose answer did not arrive: re-sending the stored response")
+        return Verdict(record.response, request, on_settle=settle)
+
+    def _resend(self, key: IdempotencyKey, record: IdempotencyRecord, request: Request) -> Verdict:
+        """The stored answer again, for a duplicate of a request whose first send failed."""
+
+        def settle(delivered: bool) -> None:
+            if delivered:
+                self.store.mark_delivered(key, record.owner)
+
         return Verdict(record.response, request, on_settle=settle)
 
     def _deadline_for(self, request: Request) -> float:
@@ -580,13 +637,13 @@ class Lifecycle:
         except Exception as exc:  # the work is done: its answer matters more than the record of it
             _log.error("could not record the answer in the store; sending it anyway",
                        extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
-            return Verdict(body, request, on_settle=lambda delivered: self._settle(hold, delivered))
+            return Verdict(body, request, on_settle=lambda delivered: self._settle(hold, delivered, key))
         if not completed:
             self._release(hold)
             self.store.delete_continuation(operation_id)
             _log.warning("the request was taken over by another process: its answer stands, this one is dropped")
             return Verdict(None, request)
-        return Verdict(body, request, on_settle=lambda delivered: self._settle(hold, delivered))
+        return Verdict(body, request, on_settle=lambda delivered: self._settle(hold, delivered, key))
 
     # failed Creates that left something behind ------------------------------------------------
     def _unwrap_orphan(self, request: Request, outcome: Any) -> Any:

@@ -94,13 +94,40 @@ class Provider:
         `started` (time.monotonic()) is when the invocation began, for batches sharing one FC deadline."""
         return self.process(event, context, started=started).body
 
+    def accept(self, event: Any) -> str | None:
+        """Store a request before acknowledging it (a server that handles it later in a pool): if the
+        process dies before handling it, recovery runs it. Returns the id to pass to `process` as
+        `accepted` (or to `discard`), or None when there is nothing to store (no store, not a request)."""
+        from .errors import RequestError
+        from .request import decode_event, parse_request
+
+        try:
+            settings = self.settings()
+            lifecycle = self._services.lifecycle(settings)
+            if lifecycle is None:
+                return None
+            raw = decode_event(event)
+            return lifecycle.accept(parse_request(raw), raw)
+        except (ConfigError, RequestError):
+            return None  # process() answers it precisely
+        except Exception as exc:  # an unusable store: process() answers "state store unavailable"
+            _log.warning("could not store an accepted request", extra={"fields": {"error": str(exc)}})
+            return None
+
+    def discard(self, accepted: str) -> None:
+        """Forget a request stored by `accept` that will not be handled here after all."""
+        lifecycle = self._services.lifecycle(self.settings())
+        if lifecycle is not None:
+            lifecycle.discard(accepted)
+
     def process(
-        self, event: Any, context: object | None = None, *, started: float | None = None, reentry: "Reentry | None" = None
+        self, event: Any, context: object | None = None, *, started: float | None = None, reentry: "Reentry | None" = None,
+        accepted: str | None = None,
     ) -> "Outcome":
         """Like handle(), but also says whether the response was delivered, for transports that must
         decide whether to acknowledge their message (a queue worker keeps it when delivery failed).
         `reentry` overrides how a long-running operation is continued (a queue worker continues it
-        through its own queue)."""
+        through its own queue); `accepted` is what `accept` returned for this event."""
         invoked = time.monotonic() if started is None else started
         configure()
         try:
@@ -117,7 +144,7 @@ class Provider:
             _log.error("state store unavailable", extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
             result, report = answer_failure(event, f"state store unavailable: {exc}", settings)
             return Outcome(result.body, report.delivered, report.error)
-        result, report = handle_event(self.registry, event, settings, context, services, started=invoked)
+        result, report = handle_event(self.registry, event, settings, context, services, started=invoked, accepted=accepted)
         self._services.maybe_recover(settings, services, context, invoked)
         return Outcome(
             result.body, report.delivered, report.error if result.body is not None else result.error,

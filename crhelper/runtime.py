@@ -351,8 +351,10 @@ def handle_event(
     context: object | None = None,
     services: Services | None = None,
     started: float | None = None,
+    accepted: str | None = None,
 ) -> tuple[Answer, outbound.DeliveryReport]:
-    """The whole protocol for one event. Any failure of our own still ends in a FAILED when a URL is known."""
+    """The whole protocol for one event. Any failure of our own still ends in a FAILED when a URL is known.
+    `accepted`: the operation id under which the request was stored when it was acknowledged."""
     started = time.monotonic() if started is None else started
     deadline = invocation_deadline(context, started)
     margin = guard_margin(max(0.0, deadline - started), settings.timeout_margin) if deadline is not None else 0.0
@@ -367,7 +369,7 @@ def handle_event(
         if lifecycle is None:
             result = _process(registry, event, settings, services, run)
         else:
-            result = _bounded(lambda: _process(registry, event, settings, services, run), deadline, margin)
+            result = _bounded(lambda: _process(registry, event, settings, services, run, accepted), deadline, margin)
     except BaseException as exc:  # a bug of ours, an unreachable store, a signal: still one answer
         if isinstance(exc, _OutOfTime):
             _log.error("no time left to handle the request", extra={"fields": {"error": str(exc)}})
@@ -419,7 +421,8 @@ class _OutOfTime(Exception):
 
 
 def _process(
-    registry: Registry, event: Any, settings: Settings, services: Services, run: Callable[[Request], Any]
+    registry: Registry, event: Any, settings: Settings, services: Services, run: Callable[[Request], Any],
+    accepted: str | None = None,
 ) -> Answer:
     try:
         raw = decode_event(event)
@@ -443,19 +446,37 @@ def _process(
                                           "unset CRHELPER_STORE (it is none) or set it to a store URL")
         return Answer(outcome, request, public, intranet)
     with request_context(request.log_fields()):
-        verdict = services.lifecycle.process(request, raw, run, services.reentry)
+        verdict = services.lifecycle.process(request, raw, run, services.reentry, accepted)
     return Answer.of(verdict)
 
 
-def send_resumed(results: "list[Verdict]", settings: Settings) -> None:
-    """Deliver the answers of operations finished by recovery."""
+def send_resumed(results: "list[Verdict]", settings: Settings, deadline: float | None = None) -> None:
+    """Deliver the answers of operations finished by recovery (before `deadline`, time.monotonic())."""
     for verdict in results:
         answer_ = Answer.of(verdict)
         report = outbound.DeliveryReport(False, 0)
         try:
-            report = send(answer_, settings)
+            report = send(answer_, settings, deadline=deadline)
         finally:
             answer_.settle(report.delivered)
+
+
+def run_side_by_side(jobs: list[Callable[[], int]], deadline: float | None) -> int:
+    """Run the jobs in handler threads at once and add up what they return; those still running at
+    `deadline` (time.monotonic()) go on in the background and count as 0."""
+    from concurrent.futures import wait
+
+    if not jobs:
+        return 0
+    pool = _handler_threads()
+    futures = [pool.submit(_in_context(job)) for job in jobs]
+    done, _ = wait(futures, timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+    return sum(f.result() for f in done if f.exception() is None)
+
+
+def _in_context(job: Callable[[], int]) -> Callable[[], int]:
+    context = contextvars.copy_context()
+    return lambda: context.run(job)
 
 
 def failure_answer(event: Any, reason: str) -> Answer:

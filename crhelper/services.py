@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING, Any
 
 from .config import Settings
 from .logs import get_logger
-from .runtime import Services, function_timeout, guard_margin, guarded_runner, invocation_deadline, send_resumed
+from .runtime import (
+    Services,
+    function_timeout,
+    guard_margin,
+    guarded_runner,
+    invocation_deadline,
+    run_side_by_side,
+    send_resumed,
+)
 from .store.budget import store_deadline
 
 if TYPE_CHECKING:
@@ -168,10 +176,25 @@ class ProviderServices:
             return 0  # too little time left to run a step and answer; a later invocation will
         run = guarded_runner(self._provider.registry, settings, deadline, margin,
                              prepare=lifecycle.prepare, on_abandoned=lifecycle.abandoned)
-        with store_deadline(deadline - margin if deadline is not None else None):
-            finished = lifecycle.recover(run, reentry or self.reentry(settings, context, lifecycle), limit=limit)
-        send_resumed(finished, settings)
-        return len(finished)
+        reentry = reentry or self.reentry(settings, context, lifecycle)
+        # A recovered step must not start when it could not finish and answer before this
+        # invocation's deadline: it is left for a later pass instead of being answered FAILED.
+        until = deadline - 4 * margin if deadline is not None else None
+        send_by = deadline - 0.2 if deadline is not None else None
+
+        def one(operation_id: str) -> int:
+            if until is not None and time.monotonic() >= until:
+                return 0
+            with store_deadline(deadline - margin if deadline is not None else None):
+                verdict = lifecycle.resume_safely(operation_id, run, reentry)
+            if verdict is None or verdict.body is None:
+                return 0
+            send_resumed([verdict], settings, send_by)
+            return 1
+
+        # Side by side: one long step must not hold up the others (a server restarted after a
+        # crash resumes everything the crash left at once).
+        return run_side_by_side([functools.partial(one, cid) for cid in lifecycle.recoverable(limit)], deadline)
 
     def maybe_recover(self, settings: Settings, services: Services, context: Any, invoked: float) -> None:
         """On Function Compute, let any later invocation finish operations whose instance died."""

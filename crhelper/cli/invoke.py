@@ -24,7 +24,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "capturing server), and print the response body exactly as the provider sent it.\n"
             "The exit code is 0 for SUCCESS, 1 for FAILED, 2 when nothing valid was answered.\n\n"
             "With --timeout, a handler still running shortly before the timeout is answered FAILED\n"
-            "\"timed out\" and the command exits right after that answer, without waiting for the handler."
+            "\"timed out\" and the command exits right after that answer, without waiting for the handler.\n"
+            "Each run has a private idempotency store, so the handler runs every time; set CRHELPER_STORE to\n"
+            "share one between runs (a repeated RequestId is then a duplicate)."
         ),
         epilog=(
             "examples:\n"
@@ -39,6 +41,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--fail-first", type=int, default=0, metavar="N", help="the ResponseURL answers 500 to the first N attempts")
     parser.add_argument("--check", action="store_true", help="also print ROS protocol violations found in the response")
     parser.set_defaults(func=run_and_exit)
+
+
+#: The store of one invoke run when CRHELPER_STORE is not set.
+PRIVATE_STORE = "sqlite://:memory:"
 
 
 class _Context:
@@ -84,6 +90,24 @@ def run(args: argparse.Namespace) -> int:
         print(f"crhelper invoke: cannot read --event {args.event}: {exc}", file=sys.stderr)
         return 2
     provider = provider_from_spec(args.provider)
+    # Each invoke runs the handler: a private store, unless CRHELPER_STORE asks to share one (then a
+    # repeated request is a duplicate, answered from the store only if its first answer was lost).
+    private = not os.environ.get("CRHELPER_STORE")
+    if private:
+        os.environ["CRHELPER_STORE"] = PRIVATE_STORE
+    try:
+        return _invoke(args, provider, event)
+    finally:
+        if private:
+            os.environ.pop("CRHELPER_STORE", None)
+            close = getattr(provider, "close", None)
+            if callable(close):
+                close()
+
+
+def _invoke(args: argparse.Namespace, provider: Any, event: Any) -> int:
+    from ..local.response_server import ResponseServer
+
     with ResponseServer() as server:
         if isinstance(event, dict):
             server.attach(event, fail_first=args.fail_first)

@@ -27,7 +27,7 @@ _state: dict[str, Any] = {}
 def _request_id(event: Any) -> str | None:
     try:
         body = json.loads(event) if isinstance(event, (bytes, str)) else event
-    except ValueError:
+    except (ValueError, RecursionError):  # the provider answers such a body itself, precisely
         return None
     value = body.get("RequestId") if isinstance(body, dict) else None
     return value if isinstance(value, str) and value.replace("-", "").isalnum() else None
@@ -35,8 +35,10 @@ def _request_id(event: Any) -> str | None:
 
 def _maybe_kill(event: Any) -> None:
     directory = os.environ.get(KILL_DIR_ENV)
+    if not directory:
+        return
     request_id = _request_id(event)
-    if not directory or request_id is None:
+    if request_id is None:
         return
     marker = Path(directory) / request_id
     try:

@@ -39,6 +39,13 @@ class RecordState(str, enum.Enum):
 
     IN_PROGRESS = "IN_PROGRESS"
     COMPLETED = "COMPLETED"
+    #: Completed, and its answer reached the ResponseURL: a later duplicate need not be answered again.
+    DELIVERED = "DELIVERED"
+
+    @property
+    def done(self) -> bool:
+        """The request has its final answer (delivered or not)."""
+        return self is not RecordState.IN_PROGRESS
 
 
 class ClaimStatus(str, enum.Enum):
@@ -269,6 +276,10 @@ class Store(Protocol):
 
     def release(self, key: IdempotencyKey, owner: str) -> bool:
         """Drop an IN_PROGRESS claim without completing it, so a redelivery may run at once."""
+        ...
+
+    def mark_delivered(self, key: IdempotencyKey, owner: str) -> bool:
+        """Record that the COMPLETED answer of `owner` reached the ResponseURL; False otherwise."""
         ...
 
     def purge_expired(self) -> int:

@@ -232,6 +232,9 @@ class SqliteStore:
     def complete(self, key: IdempotencyKey, owner: str, response: dict[str, Any]) -> bool:
         return self._apply(key, lambda current, now: transitions.completed(current, owner, now, response))
 
+    def mark_delivered(self, key: IdempotencyKey, owner: str) -> bool:
+        return self._apply(key, lambda current, now: transitions.delivered(current, owner, now))
+
     def get(self, key: IdempotencyKey) -> IdempotencyRecord | None:
         with self._lock:
             record = self._read(self._conn, key)

@@ -57,7 +57,7 @@ def decide_claim(
             response_urls=urls,
         )
         return ClaimResult(ClaimStatus.ACQUIRED, fresh), fresh
-    if current.state is RecordState.COMPLETED:
+    if current.state.done:
         return ClaimResult(ClaimStatus.COMPLETED, current), None
     if current.lease_live(now) and current.owner != owner:
         return ClaimResult(ClaimStatus.IN_FLIGHT, current), None
@@ -119,6 +119,18 @@ def completed(
         lease_expires_at=now,
         version=current.version + 1,
     )
+
+
+def delivered(current: IdempotencyRecord | None, owner: str, now: float) -> IdempotencyRecord | None:
+    """The DELIVERED record, or None unless `owner` completed it (and it is not already marked)."""
+    if (
+        current is None
+        or current.is_expired(now)
+        or current.state is not RecordState.COMPLETED
+        or current.owner != owner
+    ):
+        return None
+    return dataclasses.replace(current, state=RecordState.DELIVERED, version=current.version + 1)
 
 
 def may_release(current: IdempotencyRecord | None, owner: str, now: float) -> bool:

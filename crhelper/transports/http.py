@@ -438,6 +438,9 @@ class HttpApp:
         self.config = config
         self._provider = provider
         self._handle: Handle = handle or provider.handle
+        # With the provider's own handling, a request is stored before it is acknowledged, so one
+        # waiting in the pool when the server is killed is run by recovery after a restart.
+        self._accept = getattr(provider, "accept", None) if handle is None else None
         self._respond: Respond = respond or (lambda event, within: provider.respond(event, within=within))
         self._pool = None if config.inline else _WorkerPool(config.workers, config.backlog)
         self._replays = (
@@ -488,9 +491,14 @@ class HttpApp:
             raise HttpRefusal(415, "UnsupportedMediaType", "Content-Type", "charset must be utf-8")
         raw = _read_body(environ, config.max_body)
         _check_auth(environ, config)
-        event = decode_body(raw, media_type)
         sync = path.rstrip("/").endswith(config.sync_suffix) or config.mode == "sync"
-        check_ros_request(event, need_url=not sync)
+        try:
+            event = decode_body(raw, media_type)
+            check_ros_request(event, need_url=not sync)
+        except HttpRefusal as refusal:
+            if not sync:
+                self._answer_refused(raw, media_type, refusal)
+            raise
         replay_key: tuple[str, ...] | None = None
         if config.sign_key is not None:
             value = _check_signature(environ, event, media_type, config.sign_key, config)
@@ -508,6 +516,34 @@ class HttpApp:
                 if replay_key is not None and self._replays is not None:
                     self._replays.release(replay_key)
                 raise
+
+    def _answer_refused(self, raw: bytes, media_type: str, refusal: HttpRefusal) -> None:
+        """A malformed async request still carrying a readable ResponseURL is answered FAILED there
+        too (ROS would otherwise wait for the Timeout: a 400 tells it nothing). Not when a SignKey is
+        configured: an unsigned body must not make this server call out to a URL it names."""
+        if self.config.sign_key is not None or media_type not in JSON_TYPES:
+            return
+        from ..request import load_json
+
+        try:
+            salvaged = load_json(raw.decode("utf-8"), salvage=True)
+        except Exception:  # noqa: BLE001 - not even its URL can be read: the 400 and the log are all
+            return
+        if not isinstance(salvaged, dict) or response_urls_of(salvaged) == (None, None):
+            return
+        reason = f"invalid request: {refusal.field}: {refusal.rule}"
+
+        def answer() -> None:
+            from ..config import ConfigError, Settings
+            from ..runtime import answer_failure
+
+            try:
+                settings = self._provider.settings() if hasattr(self._provider, "settings") else Settings()
+            except ConfigError:
+                settings = Settings()
+            answer_failure(salvaged, reason, settings)
+
+        threading.Thread(target=answer, name="crhelper-refused", daemon=True).start()
 
     def _answer_sync(self, event: dict[str, Any], received: float) -> Reply:
         if response_urls_of(event) == (None, None):
@@ -529,7 +565,10 @@ class HttpApp:
         if self._pool is None:
             self._run(event)
             return _json_reply(self.config.ack_status, ack)
-        if not self._pool.submit(functools.partial(self._run, event), event):
+        accepted = self._accept(event) if callable(self._accept) else None
+        if not self._pool.submit(functools.partial(self._run, event, accepted), event):
+            if accepted is not None:
+                self._provider.discard(accepted)
             raise HttpRefusal(
                 self.config.overload_status, "Overloaded", "-", "all workers are busy; retry later", [("Retry-After", "5")]
             )
@@ -576,9 +615,12 @@ class HttpApp:
             accepted += 1
         return _json_reply(self.config.ack_status, {"Accepted": accepted, "MessageId": verdict.message_id})
 
-    def _run(self, event: dict[str, Any]) -> None:
+    def _run(self, event: dict[str, Any], accepted: str | None = None) -> None:
         try:
-            self._handle(event)
+            if accepted is not None:
+                self._provider.process(event, accepted=accepted)
+            else:
+                self._handle(event)
         except Exception:  # provider.handle answers its own failures; this is a last resort for the log
             _log.exception("async handler raised", extra={"fields": {"RequestId": event.get("RequestId")}})
         except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt, CancelledError, SystemExit from a

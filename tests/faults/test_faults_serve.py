@@ -126,8 +126,11 @@ def test_absurd_bodies_get_a_precise_4xx_never_a_5xx(providers: Any, response_se
             reply = requests.post(server.url, data=raw, headers={"Content-Type": content_type}, timeout=10)
             assert 400 <= reply.status_code < 500, (raw[:20], reply.status_code, reply.text)
         # Still serving: a real request is answered.
-        assert requests.post(server.url, json=event, timeout=10).status_code == 200
-        assert response_server.wait_for(event["RequestId"], timeout=10)["Status"] == "SUCCESS"
+        # The one with a readable ResponseURL was answered FAILED there as well as refused in-band.
+        assert response_server.wait_for(event["RequestId"], timeout=10)["Status"] == "FAILED"
+        real = response_server.attach(make_event("Create", "Custom::Echo", {}))
+        assert requests.post(server.url, json=real, timeout=10).status_code == 200
+        assert response_server.wait_for(real["RequestId"], timeout=10)["Status"] == "SUCCESS"
 
 
 def test_depth_scan_ignores_brackets_inside_strings() -> None:
@@ -334,3 +337,64 @@ def test_serve_help_documents_the_new_options() -> None:
     for option in ("--grace", "--connection-limit", "--channel-timeout", "--cleanup-interval"):
         assert option in text
     assert "default 20" in text and "default 1000" in text and "e.g. --grace 5" in text
+
+
+QUEUED_PROVIDER = '''
+import time
+from crhelper import Provider, Result
+
+provider = Provider()
+
+@provider.create("Custom::Sleepy")
+def create(props, request):
+    time.sleep(float(props["Sleep"]))
+    return Result(physical_id=f"sleepy-{props['Sleep']}")
+'''
+
+
+def test_requests_acknowledged_but_still_queued_when_serve_is_killed_are_answered_after_a_restart(
+    serve_process: Any, response_server: ResponseServer, tmp_path: Path
+) -> None:
+    """ROS has its 200 and never resends: an accepted request is in the store before the 200, so the
+    restarted server's recovery runs the one that was still waiting for a worker."""
+    (tmp_path / "queued_provider.py").write_text(QUEUED_PROVIDER)
+    env = {"CRHELPER_STORE": f"sqlite:///{tmp_path / 'state.sqlite'}"}
+    spec = f"{tmp_path / 'queued_provider.py'}:provider"
+    first = serve_process(spec, "--port", "0", "--workers", "1", **env)
+    url = first.wait_listening()
+    running = response_server.attach(make_event("Create", "Custom::Sleepy", {"Sleep": 4}))
+    queued = response_server.attach(make_event("Create", "Custom::Sleepy", {"Sleep": 0}))
+    assert requests.post(url, json=running, timeout=10).status_code == 200
+    assert requests.post(url, json=queued, timeout=10).status_code == 200
+    time.sleep(0.5)
+    first.process.kill()
+    first.process.wait(10)
+    assert response_server.responses_for(queued["RequestId"]) == []
+    second = serve_process(spec, "--port", "0", **env)
+    second.wait_listening()
+    body = response_server.wait_for(queued["RequestId"], timeout=15)
+    assert body["Status"] == "SUCCESS" and body["PhysicalResourceId"] == "sleepy-0"
+    # The one that was running is resumed too (its holder died with the first server).
+    assert response_server.wait_for(running["RequestId"], timeout=20)["Status"] == "SUCCESS"
+    time.sleep(0.3)
+    assert len(response_server.responses_for(queued["RequestId"])) == 1
+    assert len(response_server.responses_for(running["RequestId"])) == 1
+
+
+@pytest.mark.parametrize("breakage", ["missing RequestType", "deep properties"])
+def test_a_malformed_async_request_with_a_readable_url_is_also_answered_failed_there(
+    providers: Any, response_server: ResponseServer, breakage: str
+) -> None:
+    provider = providers()
+    provider.create("Custom::Echo")(lambda props, request: Result(physical_id="echo"))
+    event = response_server.attach(make_event("Create", "Custom::Echo"))
+    if breakage == "missing RequestType":
+        del event["RequestType"]
+        text = json.dumps(event)
+    else:
+        text = json.dumps(event)[:-1] + ', "Deep": ' + "[" * 5000 + "]" * 5000 + "}"
+    with BackgroundServer(wsgi_app(provider)) as server:
+        reply = requests.post(server.url, data=text, headers={"Content-Type": "application/json"}, timeout=10)
+        assert reply.status_code == 400
+        body = response_server.wait_for(event["RequestId"], timeout=5)
+    assert body["Status"] == "FAILED" and body["Reason"].startswith("invalid request:"), body

@@ -299,3 +299,58 @@ def test_restarted_worker_resumes_an_operation_left_by_a_sigkilled_one_without_a
     assert took < 12  # the 2 s step lease, then the restarted worker's own recovery
     assert len(response_server.responses_for(event["RequestId"])) == 1
     assert second.returncode == 0
+
+
+FIRST_STEP_PROVIDER = '''
+import os, time
+from pathlib import Path
+from crhelper import Provider, Result
+
+provider = Provider()
+
+@provider.create("Custom::Once")
+def create(props, request):
+    marker = Path(props["Marker"])
+    if not marker.exists():
+        marker.write_text(str(os.getpid()))
+        time.sleep(120)  # the first worker is SIGKILLed here, one second in
+    return Result(physical_id="once-1")
+'''
+
+
+def test_worker_killed_one_second_into_a_handler_is_answered_by_the_redelivery(
+    local_mns: LocalMNS, queue_name: str, response_server: ResponseServer, tmp_path: Path,
+) -> None:
+    """Default lease settings: the redelivered message finds the dead worker's claim; its holder is
+    known dead (same machine, pid gone), so the request runs again instead of being deleted unanswered."""
+    (tmp_path / "once_provider.py").write_text(FIRST_STEP_PROVIDER)
+    marker = tmp_path / "started"
+    event = response_server.attach(make_event("Create", "Custom::Once", {"Marker": str(marker)}))
+    _queue(local_mns, queue_name).send_message(Message(json.dumps(event)))
+    env = _subprocess_env(local_mns, tmp_path)
+    env.pop("CRHELPER_STEP_LEASE", None)
+    command = [sys.executable, "-m", "crhelper.cli.worker", f"{tmp_path / 'once_provider.py'}:provider",
+               "--queue", queue_name, "--endpoint", local_mns.endpoint, "--wait-seconds", "1",
+               "--visibility-timeout", "3"]  # redelivery 3 s after the kill, well inside the 60 s lease
+    first = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(marker.exists, timeout=15, what="handler started")
+        time.sleep(1.0)
+        first.kill()
+        first.wait(10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    second = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        body = response_server.wait_for(event["RequestId"], timeout=15)
+        wait_until(lambda: sum(_counts(local_mns, queue_name).values()) == 0, timeout=10, what="queue drained")
+        second.send_signal(signal.SIGTERM)
+        second.communicate(timeout=20)
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.communicate()
+    assert body["Status"] == "SUCCESS" and body["PhysicalResourceId"] == "once-1", body
+    time.sleep(0.3)
+    assert len(response_server.responses_for(event["RequestId"])) == 1

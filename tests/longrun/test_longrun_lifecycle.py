@@ -96,16 +96,31 @@ def test_duplicate_while_in_flight_does_not_run_again(response_server, store_url
     assert response_server.wait_for(event["RequestId"])["PhysicalResourceId"] == "gate"
 
 
-def test_duplicate_after_completion_resends_the_stored_response(response_server, store_url, provider_factory):
+def test_duplicate_after_a_delivered_answer_sends_nothing(response_server, store_url, provider_factory):
     calls: list[int] = []
     provider = provider_factory()
     provider.create("Custom::Once")(lambda props, request: calls.append(1) or Result(physical_id=f"once-{len(calls)}"))
     event = response_server.attach(make_event("Create", "Custom::Once"))
     first = provider.handle(event)
     again = provider.handle(event)
-    assert again == first and calls == [1]
-    bodies = response_server.responses_for(event["RequestId"])
-    assert bodies == [first, first]  # re-sent identically: the first send may have been lost
+    assert again is None and calls == [1]
+    assert response_server.responses_for(event["RequestId"]) == [first]  # exactly one answer
+
+
+@pytest.mark.allow_violations
+def test_duplicate_after_an_undelivered_answer_resends_the_stored_response(response_server, store_url, provider_factory,
+                                                                          monkeypatch):
+    monkeypatch.setenv("CRHELPER_RESPONSE_ATTEMPTS", "1")
+    calls: list[int] = []
+    provider = provider_factory()
+    provider.create("Custom::Once")(lambda props, request: calls.append(1) or Result(physical_id=f"once-{len(calls)}"))
+    event = response_server.attach(make_event("Create", "Custom::Once"), fail_first=1)
+    first = provider.process(event)
+    assert first.body is not None and not first.delivered
+    again = provider.process(event)
+    assert again.body == first.body and again.delivered and calls == [1]
+    assert provider.process(event).body is None  # delivered now: a third copy sends nothing
+    assert response_server.responses_for(event["RequestId"]) == [first.body]
 
 
 def test_duplicate_during_a_long_operation_is_absorbed(response_server, store_url, provider_factory):
