@@ -212,14 +212,10 @@ class Lifecycle:
         operation_id, now, deadline = mine.id, self.clock(), mine.deadline
         claim = self.store.claim(key, operation_id, lease_seconds=max(0.0, deadline - now) + self.step_lease,
                                  ttl_seconds=max(self.record_ttl, deadline - now + self.step_lease))
+        if claim.status is ClaimStatus.COMPLETED:
+            return self._completed(key, claim.record, hold, request, reentry)
         if not claim.owns:
             self.discard(operation_id)
-        if claim.status is ClaimStatus.COMPLETED:
-            if claim.record.state is RecordState.DELIVERED:
-                _log.info("duplicate of a request whose answer was delivered: nothing sent again")
-                return Verdict(None, request)
-            _log.info("duplicate of a completed request whose answer was not delivered: re-sending it")
-            return self._resend(key, claim.record, request)
         if claim.status is ClaimStatus.IN_FLIGHT:
             return self._in_flight(claim.record, raw, request, run, reentry)
         if claim.status is ClaimStatus.TAKEN_OVER:
@@ -428,10 +424,21 @@ class Lifecycle:
                 return
             if won:
                 hold.continuation = dataclasses.replace(renewed, version=current.version + 1)
+                if renewed.next_run_at >= current.deadline:
+                    # A call running past the operation's deadline: the record's lease (set to the
+                    # deadline) must not lapse under it, or a duplicate would run it a second time.
+                    self._renew_record(renewed)
                 return
             hold.lost = True
         self._renewer.remove(hold)
         _log.warning("a step lost its lease to another process")
+
+    def _renew_record(self, continuation: Continuation) -> None:
+        try:
+            key = key_of(parse_request(continuation.request))
+            self.store.renew(key, continuation.id, 2 * self.step_lease)
+        except Exception as exc:
+            _log.warning("could not renew a request's lease", extra={"fields": {"error": exception_reason(exc)}})
 
     def _release(self, hold: _Hold) -> Continuation:
         """Stop renewing; returns the continuation as last written."""
@@ -530,38 +537,63 @@ class Lifecycle:
     def _finished(
         self, continuation: Continuation, request: Request, record: IdempotencyRecord | None, now: float
     ) -> Verdict | None:
-        """A re-entry after completion re-sends the stored answer only when it may not have arrived;
-        the marker itself is removed once it is due, i.e. when duplicates are no longer expected."""
-        if now >= continuation.next_run_at:
+        """A re-entry after completion re-sends the stored answer only when it did not arrive (and no
+        one else is re-sending it); the marker itself is removed once it is due, i.e. when duplicates
+        are no longer expected."""
+        if continuation.holder and not self._takeable(continuation, now):
+            return None  # another process is re-sending it right now
+        if not continuation.holder and now >= continuation.next_run_at:
             self.store.delete_continuation(continuation.id)
             return None
-        if (continuation.delivered or record is None or record.state is not RecordState.COMPLETED
-                or record.owner != continuation.id):
+        if record is None or record.state is not RecordState.COMPLETED or record.owner != continuation.id:
             return None
-        won = dataclasses.replace(continuation, attempt=DELIVERED_ATTEMPT)
-        if not self.store.update_continuation(won, continuation.version):
+        held = dataclasses.replace(continuation, holder=self.identity(), next_run_at=now + self.step_lease)
+        if not self.store.update_continuation(held, continuation.version):
             return None  # another process is re-sending it
-        hold = _Hold(dataclasses.replace(won, version=continuation.version + 1))
+        hold = self._hold(dataclasses.replace(held, version=continuation.version + 1))
         key = record.key
 
         def settle(delivered: bool) -> None:
+            current = self._release(hold)
             if delivered:
                 self.store.mark_delivered(key, record.owner)
-            else:  # let a later redelivery try again
-                self.store.update_continuation(dataclasses.replace(hold.continuation, attempt=FINISHED_ATTEMPT),
-                                               hold.continuation.version)
+            if not hold.lost:
+                self.store.update_continuation(dataclasses.replace(
+                    current, holder="", next_run_at=self.clock() + self.record_ttl,
+                    attempt=DELIVERED_ATTEMPT if delivered else FINISHED_ATTEMPT,
+                ), current.version)
 
         _log.info("re-entry of a completed operation whose answer did not arrive: re-sending the stored response")
         return Verdict(record.response, request, on_settle=settle)
 
-    def _resend(self, key: IdempotencyKey, record: IdempotencyRecord, request: Request) -> Verdict:
-        """The stored answer again, for a duplicate of a request whose first send failed."""
-
-        def settle(delivered: bool) -> None:
-            if delivered:
-                self.store.mark_delivered(key, record.owner)
-
-        return Verdict(record.response, request, on_settle=settle)
+    def _completed(
+        self, key: IdempotencyKey, record: IdempotencyRecord, hold: _Hold, request: Request, reentry: Reentry | None
+    ) -> Verdict:
+        """A duplicate of a request that has its answer: nothing when the answer arrived or is being
+        sent right now (a follow-up checks on that send); else this delivery adopts the sending (one
+        duplicate wins) and sends the stored answer again."""
+        now = self.clock()
+        if record.state is RecordState.DELIVERED:
+            self.discard(hold.continuation.id)
+            _log.info("duplicate of a request whose answer was delivered: nothing sent again")
+            return Verdict(None, request)
+        sender = self.store.get_continuation(record.owner)
+        if sender is None or not sender.holder or self._takeable(sender, now):
+            if self.store.adopt(key, record.owner, hold.continuation.id):
+                if sender is not None and not sender.finished:
+                    self.store.delete_continuation(sender.id)
+                _log.info("duplicate of a completed request whose answer was not delivered: re-sending it")
+                return Verdict(record.response, request,
+                               on_settle=lambda delivered: self._settle(hold, delivered, key))
+            sender = self.store.get_continuation((self.store.get(key) or record).owner)
+        self.discard(hold.continuation.id)
+        if sender is None:
+            return Verdict(None, request)
+        # Its holder is sending it right now: whether it arrives is not known yet.
+        wait = max(0.0, sender.next_run_at - now)
+        if self._follow_up(sender.id, wait, reentry):
+            return Verdict(None, request)
+        return Verdict(None, request, retry_after=wait + FOLLOW_UP_SLACK)
 
     def _deadline_for(self, request: Request) -> float:
         try:
@@ -605,7 +637,7 @@ class Lifecycle:
             return Verdict(None, request)
         # The record stays in flight for the whole operation, so a duplicate never restarts it; the
         # continuation alone decides whether a step is due or stalled.
-        self.store.renew(key, current.id, (deadline - now) + self.step_lease)
+        self.store.renew(key, current.id, max(0.0, deadline - now) + self.step_lease)
         try:
             reentry.schedule(current.id, delay)
         except Exception as exc:  # the continuation is stored: recovery or a redelivery can still resume it

@@ -282,6 +282,11 @@ class Store(Protocol):
         """Record that the COMPLETED answer of `owner` reached the ResponseURL; False otherwise."""
         ...
 
+    def adopt(self, key: IdempotencyKey, owner: str, new_owner: str) -> bool:
+        """Hand the COMPLETED, undelivered record of `owner` to `new_owner` (who re-sends its answer);
+        False when another delivery adopted it first or it was delivered."""
+        ...
+
     def purge_expired(self) -> int:
         """Delete records past their TTL; returns how many were removed."""
         ...

@@ -261,6 +261,13 @@ class S3Store:
 
         return self._transition(key, step)
 
+    def adopt(self, key: IdempotencyKey, owner: str, new_owner: str) -> bool:
+        def step(current: IdempotencyRecord | None) -> dict[str, Any] | None:
+            new = transitions.adopted(current, owner, new_owner, self._clock())
+            return None if new is None else self._record_doc(new, new.version)
+
+        return self._transition(key, step)
+
     def release(self, key: IdempotencyKey, owner: str) -> bool:
         def step(current: IdempotencyRecord | None) -> dict[str, Any] | None:
             if current is None or not transitions.may_release(current, owner, self._clock()):

@@ -235,6 +235,9 @@ class SqliteStore:
     def mark_delivered(self, key: IdempotencyKey, owner: str) -> bool:
         return self._apply(key, lambda current, now: transitions.delivered(current, owner, now))
 
+    def adopt(self, key: IdempotencyKey, owner: str, new_owner: str) -> bool:
+        return self._apply(key, lambda current, now: transitions.adopted(current, owner, new_owner, now))
+
     def get(self, key: IdempotencyKey) -> IdempotencyRecord | None:
         with self._lock:
             record = self._read(self._conn, key)

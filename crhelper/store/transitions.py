@@ -133,6 +133,20 @@ def delivered(current: IdempotencyRecord | None, owner: str, now: float) -> Idem
     return dataclasses.replace(current, state=RecordState.DELIVERED, version=current.version + 1)
 
 
+def adopted(current: IdempotencyRecord | None, owner: str, new_owner: str, now: float) -> IdempotencyRecord | None:
+    """The COMPLETED (undelivered) record of `owner` handed to `new_owner`, who sends its answer
+    again; None when it is not `owner`'s any more (another delivery adopted it first) or was delivered."""
+    if (
+        current is None
+        or current.is_expired(now)
+        or current.state is not RecordState.COMPLETED
+        or current.owner != owner
+        or not new_owner
+    ):
+        return None
+    return dataclasses.replace(current, owner=new_owner, version=current.version + 1)
+
+
 def may_release(current: IdempotencyRecord | None, owner: str, now: float) -> bool:
     """Only the holder of an IN_PROGRESS record may give it up."""
     return _held_by(current, owner, now)
