@@ -54,3 +54,4 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "allow_violations: the test provokes protocol violations on purpose")
+    config.addinivalue_line("markers", "slow: real subprocesses, signals or long model checks; skipped by the quick subset -m 'not slow'")

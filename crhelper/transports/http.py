@@ -448,6 +448,8 @@ class HttpApp:
             if config.sign_key is not None and config.reject_replays
             else None
         )
+        #: Malformed requests answered FAILED at their ResponseURL: a repeated POST is not answered twice.
+        self._refused_answered = ReplayCache(24 * 3600.0, config.replay_cache_size)
         #: MNS push signatures accepted within the push Date window (mns_push.verify's replay guard).
         self._push_replays = (
             ReplayCache(2 * MNS_PUSH_MAX_AGE, config.replay_cache_size) if config.reject_replays and config.mns_suffix else None
@@ -531,6 +533,9 @@ class HttpApp:
             return
         if not isinstance(salvaged, dict) or response_urls_of(salvaged) == (None, None):
             return
+        identity = tuple(str(salvaged.get(name) or "") for name in ("StackId", "RequestId", "LogicalResourceId"))
+        if not self._refused_answered.claim(identity):
+            return  # answered already (a repeated POST of the same malformed request)
         reason = f"invalid request: {refusal.field}: {refusal.rule}"
 
         def answer() -> None:

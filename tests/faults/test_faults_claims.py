@@ -18,6 +18,8 @@ import pytest
 from crhelper import Provider, Result
 from crhelper.testing import make_event
 
+pytestmark = pytest.mark.slow
+
 PROVIDER = textwrap.dedent('''
     import os, time
     from crhelper import Provider, Result

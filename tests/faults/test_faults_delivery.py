@@ -112,6 +112,7 @@ def trickler() -> Iterator[HostilePeer]:
         yield peer
 
 
+@pytest.mark.slow
 def test_a_trickling_reply_cannot_stretch_an_attempt(trickler, quick):
     started = time.monotonic()
     report = deliver(b"{}", trickler.url, None, quick)
@@ -122,6 +123,7 @@ def test_a_trickling_reply_cannot_stretch_an_attempt(trickler, quick):
     assert "SECRET" not in (report.error or "")
 
 
+@pytest.mark.slow
 def test_a_trickling_reply_cannot_stretch_the_whole_delivery(trickler, quick):
     settings = DeliverySettings(connect_timeout=0.2, read_timeout=1.0, max_attempts=3, backoff_base=0.01, backoff_cap=0.02)
     started = time.monotonic()
@@ -131,6 +133,7 @@ def test_a_trickling_reply_cannot_stretch_the_whole_delivery(trickler, quick):
     assert trickler.connections == 3
 
 
+@pytest.mark.slow
 def test_a_deadline_two_seconds_away_is_kept_against_a_trickling_peer(trickler):
     settings = DeliverySettings(connect_timeout=5.0, read_timeout=15.0, max_attempts=6)
     deadline = time.monotonic() + 2.0
@@ -146,6 +149,7 @@ def test_delivery_without_a_deadline_has_a_default_total_budget():
     assert delivery_budget(settings) == 4 * 2.5 + 3 * 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["slow_read", "never_read"])
 def test_a_peer_that_reads_slowly_or_never_is_bounded(mode, quick):
     with HostilePeer(mode, interval=0.5) as peer:
@@ -155,6 +159,7 @@ def test_a_peer_that_reads_slowly_or_never_is_bounded(mode, quick):
         assert not report.delivered
 
 
+@pytest.mark.slow
 def test_sending_a_body_larger_than_the_socket_buffers_is_bounded_too(quick):
     # Far beyond loopback buffers, so sendall itself blocks on a peer that never reads.
     with HostilePeer("never_read") as peer:

@@ -24,6 +24,8 @@ from crhelper.emulator.delivery import StackDelivery
 from crhelper.emulator.delivery_bindings import Bindings, Faults
 
 REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
 FC2 = "acs:fc:cn-hangzhou:123456789:services/faults/functions/slow"
 MARKER = "CRHELPER_FAULTS_RUN"
 

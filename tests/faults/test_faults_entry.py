@@ -55,6 +55,7 @@ def test_lazy_entry_with_a_failed_import_answers_mns_envelopes(form, bad_config,
     assert body["Status"] == "FAILED" and "boom at import" in body["Reason"]
 
 
+@pytest.mark.slow
 def test_lazy_entry_counts_the_provider_import_against_the_deadline(response_server, tmp_path, monkeypatch):
     (tmp_path / "slow_import_provider.py").write_text(
         "import time\nfrom crhelper import Provider\ntime.sleep(1.2)\nprovider = Provider()\n"
@@ -80,6 +81,7 @@ def test_the_earliest_clock_wins_over_the_function_timeout(response_server):
     assert response_server.wait_for(event["RequestId"])["Reason"].startswith("timed out")
 
 
+@pytest.mark.slow
 def test_batch_messages_answered_failed_for_lack_of_time_never_run(response_server):
     """Three 1 s handlers in one batch with a 1.6 s function timeout: the first runs and is answered;
     the others are answered FAILED and never start, so they create nothing after their FAILED."""

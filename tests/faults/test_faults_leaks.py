@@ -85,6 +85,7 @@ def test_create_with_unsendable_data_is_cleaned_up_by_the_delete_that_follows(le
     assert ledger.deleted == ["res-Res"] and ledger.live == set()
 
 
+@pytest.mark.slow
 def test_create_that_finishes_after_its_timeout_is_deleted_by_a_delete_that_waits_for_it(ledger_provider, response_server):
     provider, ledger = ledger_provider
     create = response_server.attach(make_event("Create", "Custom::Leaky", {"Sleep": 2.5}))
@@ -99,6 +100,7 @@ def test_create_that_finishes_after_its_timeout_is_deleted_by_a_delete_that_wait
     assert ledger.deleted == ["res-Res"] and ledger.live == set()
 
 
+@pytest.mark.slow
 def test_a_delete_that_cannot_wait_long_enough_fails_instead_of_leaking(ledger_provider, response_server):
     provider, ledger = ledger_provider
     create = response_server.attach(make_event("Create", "Custom::Leaky", {"Sleep": 6}))

@@ -9,6 +9,8 @@ import textwrap
 import time
 from types import SimpleNamespace
 
+import pytest
+
 from crhelper import Provider, Result
 from crhelper.store import open_store
 from crhelper.testing import make_event
@@ -27,6 +29,7 @@ def fc_context(timeout: float) -> SimpleNamespace:
                            service=SimpleNamespace(name="svc", qualifier=None))
 
 
+@pytest.mark.slow
 def test_a_locked_store_is_answered_failed_in_time_without_running_the_handler(tmp_path, monkeypatch, response_server):
     path = tmp_path / "state.sqlite"
     open_store(f"sqlite:///{path}").close()  # the schema exists; now another process locks the file

@@ -27,7 +27,7 @@ from crhelper.testing import ResponseServer, make_event, wait_until
 from faults_support import KILLED_STEP_PROVIDER
 from crhelper.transports.mns_worker import Action, QueueWorker, defer_visibility, disposition
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -42,6 +42,7 @@ def test_async_returns_before_the_handler_runs(fc: LocalFunctionCompute, client:
     assert len(_lines(out)) == 1
 
 
+@pytest.mark.slow
 def test_async_delay_is_honoured(fc: LocalFunctionCompute, client: fc2.Client,
                                  tmp_path: Path) -> None:
     out = tmp_path / "runs.jsonl"

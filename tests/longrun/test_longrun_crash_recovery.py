@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import importlib.util
 import json
 import os
@@ -13,6 +15,8 @@ import time
 from pathlib import Path
 
 from crhelper.testing import make_event
+
+pytestmark = pytest.mark.slow
 
 PROVIDER = textwrap.dedent('''
     import os

@@ -7,6 +7,8 @@ import json
 import textwrap
 import time
 
+import pytest
+
 from crhelper.local.fc_server import LocalFunctionCompute
 from crhelper.testing import make_event
 
@@ -28,6 +30,7 @@ PROVIDER = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_fc_self_invocation_with_delay_completes_once(response_server, tmp_path):
     (tmp_path / "fc_cluster_provider.py").write_text(PROVIDER)
     env = {"CRHELPER_STORE": f"sqlite:///{tmp_path / 'state.sqlite'}"}
@@ -51,6 +54,7 @@ def test_fc_self_invocation_with_delay_completes_once(response_server, tmp_path)
     assert len(response_server.responses_for(event["RequestId"])) == 1
 
 
+@pytest.mark.slow
 def test_fc_operation_past_its_deadline_fails(response_server, tmp_path):
     (tmp_path / "fc_forever_provider.py").write_text(PROVIDER.replace(
         'provider = Provider()', 'provider = Provider()\nprovider.set_deadline("Custom::Forever", 2)'))

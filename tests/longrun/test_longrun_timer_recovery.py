@@ -13,6 +13,8 @@ import textwrap
 import time
 from types import SimpleNamespace
 
+import pytest
+
 from crhelper.testing import make_event
 
 PROVIDER = textwrap.dedent('''
@@ -43,6 +45,7 @@ RUNNER = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_timer_trigger_answers_an_abandoned_operation_past_its_deadline(response_server, tmp_path, monkeypatch):
     (tmp_path / "timer_stuck_provider.py").write_text(PROVIDER)
     (tmp_path / "runner.py").write_text(RUNNER)

@@ -15,6 +15,8 @@ from stack_support import FC3, REPO, echo_template, run_cli, spec
 from crhelper.cli import stack as stack_cli
 from crhelper.emulator import StackEmulator
 
+pytestmark = pytest.mark.slow
+
 DEMO = REPO / "templates" / "demo.yaml"
 
 

@@ -70,6 +70,7 @@ def test_slow_responseurl_still_completes(emulator: StackEmulator) -> None:
     assert elapsed >= 0.4
 
 
+@pytest.mark.slow
 def test_killed_fc_worker_is_retried_by_fc_and_the_stack_completes(emulator: StackEmulator) -> None:
     with StackDelivery(bound(FC2, kill_provider=True)) as deliver:
         created = emulator.create("killed", echo_template(FC2), {}, deliver)
@@ -80,6 +81,7 @@ def test_killed_fc_worker_is_retried_by_fc_and_the_stack_completes(emulator: Sta
     assert "exited unexpectedly" in (record.attempts[0].error_message or "")
 
 
+@pytest.mark.slow
 def test_fc_worker_killed_mid_handler_is_retried_and_the_stack_completes(emulator: StackEmulator) -> None:
     template = echo_template(FC2, {"Slow": {"Name": "slow", "CreateSleep": 1.0}})
     with StackDelivery(bound(FC2, kill_provider=True, kill_provider_after=0.3)) as deliver:
@@ -98,6 +100,7 @@ def test_kill_fault_leaves_other_routes_alone(emulator: StackEmulator) -> None:
     assert created.status == "CREATE_COMPLETE" and deliver.delivered[0].route == "inprocess"
 
 
+@pytest.mark.slow
 def test_resource_timeout_is_enforced_and_rolled_back(emulator: StackEmulator) -> None:
     # Through local FC, so the stuck worker process is killed when the operation's endpoints stop.
     template = echo_template(FC2, {"Quick": {"Name": "q"}, "Stuck": {"Name": "s", "Sleep": 3}}, timeout=1)

@@ -52,6 +52,8 @@ from crhelper.store.base import RecordState
 from crhelper.store.sqlite import SqliteStore
 from crhelper.testing import make_event
 
+pytestmark = pytest.mark.slow
+
 RESOURCE_TYPE = "Custom::Job"
 STEP_LEASE = 10.0
 DEADLINE = 100.0

@@ -19,6 +19,8 @@ from crhelper.store import (
     open_store,
 )
 
+pytestmark = pytest.mark.slow
+
 PROCESSES = 8
 
 

@@ -19,7 +19,7 @@ from crhelper.reentry_mns import resolve_queue
 from crhelper.testing import make_event
 from worker_support import queue_empty, wait_until
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.slow]
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

@@ -84,6 +84,7 @@ def test_unreachable_response_url_leaves_the_message_for_redelivery(
     assert worker.stats()["deleted"] == 1
 
 
+@pytest.mark.slow
 def test_visibility_is_extended_for_a_handler_slower_than_the_timeout(
     local_mns: LocalMNS, make_queue: Any, name: str, response_server: Any, providers: Any,
     start_worker: Any, monkeypatch: pytest.MonkeyPatch
