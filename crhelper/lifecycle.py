@@ -341,6 +341,36 @@ class Lifecycle:
             _log.exception("recovering an operation failed")
             return None
 
+    def answer_invalid(self, raw: dict[str, Any], body: dict[str, Any]) -> Verdict:
+        """The FAILED for a request that failed validation, recorded under its identifiers when they
+        can be read, so that a redelivered copy is not answered a second time."""
+        try:
+            key = IdempotencyKey(*(str(raw.get(name) or "") for name in ("StackId", "RequestId", "LogicalResourceId")))
+            key = dataclasses.replace(key, request_id=f"invalid:{key.request_id}")
+        except ValueError:
+            return Verdict(body)  # no identity to record it under
+        owner = new_continuation_id()
+        try:
+            claim = self.store.claim(key, owner, lease_seconds=self.step_lease, ttl_seconds=self.record_ttl)
+            if claim.status is ClaimStatus.COMPLETED and claim.record.state is RecordState.DELIVERED:
+                _log.info("duplicate of an invalid request whose FAILED was delivered: nothing sent again")
+                return Verdict(None)
+            if claim.status is ClaimStatus.IN_FLIGHT:
+                return Verdict(None)  # its first copy is being answered right now
+            if claim.owns:
+                self.store.complete(key, owner, body)
+            else:
+                owner = claim.record.owner
+        except Exception as exc:  # the answer matters more than its record
+            _log.error("could not record the answer to an invalid request", extra={"fields": {"error": exception_reason(exc)}})
+            return Verdict(body)
+
+        def settle(delivered: bool) -> None:
+            if delivered:
+                self.store.mark_delivered(key, owner)
+
+        return Verdict(body, on_settle=settle)
+
     def give_up(self, request: Request, reason: str) -> Verdict | None:
         """Answer FAILED for a request whose handler this process cannot let finish (the server stops,
         the handler thread was interrupted). The FAILED is recorded as the request's answer under its

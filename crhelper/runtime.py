@@ -436,6 +436,10 @@ def _process(
         return Answer(None) if resumed is None else Answer.of(resumed)
     parsed = _parse(raw)
     if isinstance(parsed, Answer):
+        if services.lifecycle is not None and parsed.body is not None:
+            # Duplicates of an invalid request are answered once too.
+            verdict = services.lifecycle.answer_invalid(raw, parsed.body)
+            return dataclasses.replace(parsed, body=verdict.body, verdict=verdict)
         return parsed
     request = parsed
     public, intranet = request.response_url, request.intranet_response_url

@@ -153,3 +153,19 @@ def test_hung_handlers_do_not_delay_other_requests(response_server):
         release.set()
         for thread in threads:
             thread.join(30)
+
+
+def test_a_redelivered_invalid_request_is_answered_failed_once(response_server, tmp_path, monkeypatch):
+    monkeypatch.setenv("CRHELPER_STORE", f"sqlite:///{tmp_path / 'state.sqlite'}")
+    provider = Provider()
+    provider.create("Custom::X")(lambda props, request: Result(physical_id="x"))
+    event = response_server.attach(make_event("Create", "Custom::X"))
+    del event["ResourceType"]
+    try:
+        first = provider.process(event)
+        again = provider.process(event)
+    finally:
+        provider.close()
+    assert first.delivered and first.body["Status"] == "FAILED" and "ResourceType" in first.body["Reason"]
+    assert again.body is None
+    assert len(response_server.responses_for(event["RequestId"])) == 1
