@@ -149,6 +149,24 @@ def _host_problem(host: str) -> str | None:
 
 def _target(url: str) -> _Target:
     """Parse and check a response URL once, before any network I/O; raise _BadUrl saying precisely why not."""
+    checked = _checked_target(url) if isinstance(url, str) else None
+    if isinstance(checked, _Target):
+        return checked
+    if isinstance(checked, str):
+        raise _BadUrl(checked)
+    return _parse_target(url)
+
+
+@functools.lru_cache(maxsize=256)
+def _checked_target(url: str) -> "_Target | str":
+    """`_parse_target` remembered: a request's URLs are checked several times on its way out."""
+    try:
+        return _parse_target(url)
+    except _BadUrl as exc:
+        return str(exc)
+
+
+def _parse_target(url: str) -> _Target:
     if not isinstance(url, str):
         raise _BadUrl(f"response URL must be a string, got {type(url).__name__}")
     bad = _FORBIDDEN_IN_URL.search(url)

@@ -9,6 +9,7 @@ Create, Delete of an unknown id) and judges it against these checks:
   update-keeps-id       Update with changed properties answers SUCCESS with the same id
   delete-twice          a second Delete of the same id still answers SUCCESS
   delete-failed-create  Delete of the id a failed Create answers with succeeds without calling the handler
+                        (when that Create left nothing behind; see the README on failed Creates)
   delete-unknown        Delete of an id that never existed answers SUCCESS
   response-limits       every answer passes the ResponseURL server's ROS rules (size, id, echo, Reason)
   no-secrets-in-logs    no ResponseURL, URL signature or secret property value in the provider's output
@@ -147,7 +148,8 @@ def run_contract(
         issue = _success(marker, CREATE_FAILED_MARKER)
         if issue is None and calls[0]:
             issue = f"the Delete handler ran {calls[0]} time(s) for a resource that was never created"
-        add(CheckResult("delete-failed-create", issue is None, issue or "answered SUCCESS without calling the handler"))
+        add(CheckResult("delete-failed-create", issue is None, issue or (
+            "answered SUCCESS without calling the handler (no failed Create of this resource left anything behind)")))
 
         unknown_id = f"contract-unknown-{uuid.uuid4().hex[:12]}"
         unknown = h.send("Delete", create_props, unknown_id)

@@ -118,7 +118,8 @@ class SqliteStore:
         except sqlite3.Error as exc:
             raise StoreError(f"CRHELPER_STORE sqlite file cannot be opened: {exc}") from None
         self._conn.row_factory = sqlite3.Row
-        self._conn.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
+        self._busy_ms = int(wait * 1000)
+        self._conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
         if path != MEMORY:
             try:
                 self._conn.execute("PRAGMA journal_mode = WAL")
@@ -142,7 +143,10 @@ class SqliteStore:
         if not self._lock.acquire(timeout=max(wait, 0.001)):
             raise StoreError(f"state store busy: the SQLite store stayed in use by this process for {wait:.1f} s")
         try:
-            self._conn.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
+            wait_ms = int(wait * 1000)
+            if wait_ms != self._busy_ms:  # a statement per transaction otherwise, on the warm path
+                self._conn.execute(f"PRAGMA busy_timeout = {wait_ms}")
+                self._busy_ms = wait_ms
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
