@@ -57,6 +57,8 @@ def lazy_handler(spec: str | None = None) -> Callable[[Any, Any], str]:
                 if not target:
                     raise ProviderSpecError("CRHELPER_PROVIDER is not set; set it to 'package.module:provider'")
                 state["provider"] = load_provider(target)
+                # Decided once: a Provider-like object whose fc_handler takes no `started` still works.
+                state["takes_started"] = _accepts_keyword(state["provider"].fc_handler, "started")
             except BaseException as exc:  # SyntaxError, ImportError, anything the module raises at import
                 state["error"] = f"provider failed to initialise: {type(exc).__name__}: {exc}"
                 configure()
@@ -64,14 +66,21 @@ def lazy_handler(spec: str | None = None) -> Callable[[Any, Any], str]:
         if "error" in state:
             return answer_without_provider(event, state["error"])
         provider = state["provider"]
-        try:
+        if state["takes_started"]:
             return str(provider.fc_handler(event, context, started=started))
-        except TypeError as exc:  # a Provider-like object whose fc_handler takes no `started`
-            if "started" not in str(exc):
-                raise
-            return str(provider.fc_handler(event, context))
+        return str(provider.fc_handler(event, context))
 
     return handler
+
+
+def _accepts_keyword(func: Callable[..., Any], name: str) -> bool:
+    import inspect
+
+    try:
+        parameters = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 def answer_without_provider(event: Any, reason: str) -> str:

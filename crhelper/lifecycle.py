@@ -115,6 +115,10 @@ class _Renewer:
         with self._wake:
             return list(self._holds.values())
 
+    def get(self, operation_id: str) -> _Hold | None:
+        with self._wake:
+            return self._holds.get(operation_id)
+
     def add(self, hold: _Hold) -> None:
         with self._wake:
             self._holds[hold.continuation.id] = hold
@@ -161,9 +165,11 @@ class Lifecycle:
         identity: Callable[[], str] = holder.current,
         is_dead: Callable[[str], bool] = holder.is_dead,
         renew_in_background: bool = True,
+        new_id: Callable[[], str] = new_continuation_id,
     ) -> None:
-        """`identity`, `is_dead` and `renew_in_background=False` (leases renewed only by explicit
-        `renew(hold)` calls on `holds()`) let a model check simulate several processes in one."""
+        """`identity`, `is_dead`, `renew_in_background=False` (leases renewed only by explicit
+        `renew(hold)` calls on `holds()`) and `new_id` (operation ids) let a model check simulate
+        several processes in one, deterministically."""
         self.registry = registry
         self.store = store
         self.default_type = default_type
@@ -172,6 +178,7 @@ class Lifecycle:
         self.clock = clock
         self.identity = identity
         self.is_dead = is_dead
+        self.new_id = new_id
         self._renewer = _Renewer(self, background=renew_in_background)
 
     # entry points ------------------------------------------------------------------------
@@ -183,15 +190,15 @@ class Lifecycle:
 
     def discard(self, operation_id: str) -> None:
         """Forget a request accepted with `accept` that will not be run here (refused after all)."""
-        for hold in self.holds():
-            if hold.continuation.id == operation_id:
-                self._release(hold)
+        hold = self._renewer.get(operation_id)
+        if hold is not None:
+            self._release(hold)
         self.store.delete_continuation(operation_id)
 
     def _store_request(self, request: Request, raw: dict[str, Any]) -> _Hold:
         now = self.clock()
         mine = Continuation(
-            id=new_continuation_id(), request=raw, state=None, attempt=0, started_at=now,
+            id=self.new_id(), request=raw, state=None, attempt=0, started_at=now,
             deadline=now + self._deadline_for(request), next_run_at=now + self.step_lease, holder=self.identity(),
         )
         self.store.put_continuation(mine)
@@ -203,7 +210,7 @@ class Lifecycle:
         """What to send for a fresh delivery (a Verdict whose body is None when nothing is due now);
         `accepted` is the id `accept` returned for this request."""
         key = key_of(request)
-        hold = next((h for h in self.holds() if accepted is not None and h.continuation.id == accepted), None)
+        hold = self._renewer.get(accepted) if accepted is not None else None
         if hold is None:
             # The request is stored before it is claimed: a process dying after the claim leaves
             # something recovery can find and run again.
@@ -229,7 +236,7 @@ class Lifecycle:
         """For replies in the HTTP body (`web[sync]`): run once per request, and answer duplicates with
         the stored response, waiting for one still in flight until `wait_until` (time.monotonic())."""
         key = key_of(request)
-        operation_id = new_continuation_id()
+        operation_id = self.new_id()
         claim = self.store.claim(key, operation_id, lease_seconds=self.step_lease, ttl_seconds=self.record_ttl)
         if claim.status is ClaimStatus.COMPLETED and claim.record.response is not None:
             _log.info("duplicate of a completed request: replying with the stored response")
@@ -349,7 +356,7 @@ class Lifecycle:
             key = dataclasses.replace(key, request_id=f"invalid:{key.request_id}")
         except ValueError:
             return Verdict(body)  # no identity to record it under
-        owner = new_continuation_id()
+        owner = self.new_id()
         try:
             claim = self.store.claim(key, owner, lease_seconds=self.step_lease, ttl_seconds=self.record_ttl)
             if claim.status is ClaimStatus.COMPLETED and claim.record.state is RecordState.DELIVERED:
@@ -396,10 +403,7 @@ class Lifecycle:
             return None  # another live process runs it: that one answers
         if not self.store.complete(key, record.owner, body):
             return None  # finished or taken over meanwhile: that answer stands
-        for hold in self.holds():
-            if hold.continuation.id == record.owner:
-                self._release(hold)
-        self.store.delete_continuation(record.owner)
+        self.discard(record.owner)
         return Verdict(body, request)
 
     def abandoned(self, request: Request, future: "Future[Any]") -> None:
@@ -407,7 +411,7 @@ class Lifecycle:
         produces is recorded, so the Delete that follows can clean it up (and waits for it)."""
         if request.request_type != CREATE:
             return
-        owner = new_continuation_id()
+        owner = self.new_id()
         slot = self._claim_orphan(request, owner, lease=self._deadline_for(request) + self.step_lease)
         if slot is None:
             return
@@ -525,7 +529,7 @@ class Lifecycle:
             # leave our own, due when the record's lease ends.
             wait = max(0.0, record.lease_expires_at - now)
             follow = Continuation(
-                id=new_continuation_id(), request=raw, state=None, attempt=0, started_at=now,
+                id=self.new_id(), request=raw, state=None, attempt=0, started_at=now,
                 deadline=now + wait + self._deadline_for(request), next_run_at=now + wait,
             )
             self.store.put_continuation(follow)
@@ -712,7 +716,7 @@ class Lifecycle:
         """A FAILED Create whose handler produced a resource: record it for the Delete that follows."""
         if not isinstance(outcome, Orphaned):
             return outcome
-        slot = self._claim_orphan(request, new_continuation_id(), lease=self.step_lease)
+        slot = self._claim_orphan(request, self.new_id(), lease=self.step_lease)
         if slot is not None:
             self._record_orphan(request, slot, None, outcome.physical_id)
         return outcome.body

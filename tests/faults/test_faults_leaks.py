@@ -70,6 +70,15 @@ def _delete_after(response_server, provider, create_event, physical_id, context=
     return response_server.wait_for(delete["RequestId"], timeout=15)
 
 
+def _create_that_times_out(response_server, provider, sleep: float) -> dict:
+    """A Create whose handler outlives its 2 s function timeout: answered FAILED "timed out"."""
+    create = response_server.attach(make_event("Create", "Custom::Leaky", {"Sleep": sleep}))
+    provider.handle(create, fc_context(2))
+    failed = response_server.wait_for(create["RequestId"])
+    assert failed["Status"] == "FAILED" and failed["Reason"].startswith("timed out")
+    return create
+
+
 @pytest.mark.parametrize("data", ["unserialisable", "huge"])
 @pytest.mark.parametrize("delete_id", [CREATE_FAILED_MARKER, "", None], ids=["marker", "empty", "absent"])
 def test_create_with_unsendable_data_is_cleaned_up_by_the_delete_that_follows(ledger_provider, response_server, data, delete_id):
@@ -88,10 +97,7 @@ def test_create_with_unsendable_data_is_cleaned_up_by_the_delete_that_follows(le
 @pytest.mark.slow
 def test_create_that_finishes_after_its_timeout_is_deleted_by_a_delete_that_waits_for_it(ledger_provider, response_server):
     provider, ledger = ledger_provider
-    create = response_server.attach(make_event("Create", "Custom::Leaky", {"Sleep": 2.5}))
-    provider.handle(create, fc_context(2))
-    failed = response_server.wait_for(create["RequestId"])
-    assert failed["Status"] == "FAILED" and failed["Reason"].startswith("timed out")
+    create = _create_that_times_out(response_server, provider, sleep=2.5)
     assert ledger.live == set()  # the handler is still running: nothing created yet
     started = time.monotonic()
     body = _delete_after(response_server, provider, create, CREATE_FAILED_MARKER, fc_context(10))
@@ -103,9 +109,7 @@ def test_create_that_finishes_after_its_timeout_is_deleted_by_a_delete_that_wait
 @pytest.mark.slow
 def test_a_delete_that_cannot_wait_long_enough_fails_instead_of_leaking(ledger_provider, response_server):
     provider, ledger = ledger_provider
-    create = response_server.attach(make_event("Create", "Custom::Leaky", {"Sleep": 6}))
-    provider.handle(create, fc_context(2))
-    assert response_server.wait_for(create["RequestId"])["Status"] == "FAILED"
+    create = _create_that_times_out(response_server, provider, sleep=6)
     body = _delete_after(response_server, provider, create, CREATE_FAILED_MARKER, fc_context(2))
     assert body["Status"] == "FAILED" and "still running" in body["Reason"]
     assert ledger.deleted == []

@@ -89,6 +89,17 @@ def _subprocess_env(local_mns: LocalMNS, tmp_path: Path, **extra: str) -> dict[s
             "CRHELPER_STORE": f"sqlite:///{tmp_path / 'state.sqlite'}", "PYTHONPATH": str(REPO), **extra}
 
 
+def _terminate(process: subprocess.Popen) -> None:
+    """SIGTERM a worker subprocess and reap it; SIGKILL it if it does not stop in time."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+
+
 # ------------------------------------------------------------------------------- dispositions
 def test_disposition_rules() -> None:
     body = {"Status": "SUCCESS"}
@@ -289,12 +300,8 @@ def test_restarted_worker_resumes_an_operation_left_by_a_sigkilled_one_without_a
     try:
         body = response_server.wait_for(event["RequestId"], timeout=12)
         took = time.monotonic() - restarted
-        second.send_signal(signal.SIGTERM)
-        second.communicate(timeout=20)
     finally:
-        if second.poll() is None:
-            second.kill()
-            second.communicate()
+        _terminate(second)
     assert body["Status"] == "SUCCESS" and body["Data"] == {"Attempt": 1}, body
     assert took < 12  # the 2 s step lease, then the restarted worker's own recovery
     assert len(response_server.responses_for(event["RequestId"])) == 1
@@ -345,12 +352,8 @@ def test_worker_killed_one_second_into_a_handler_is_answered_by_the_redelivery(
     try:
         body = response_server.wait_for(event["RequestId"], timeout=15)
         wait_until(lambda: sum(_counts(local_mns, queue_name).values()) == 0, timeout=10, what="queue drained")
-        second.send_signal(signal.SIGTERM)
-        second.communicate(timeout=20)
     finally:
-        if second.poll() is None:
-            second.kill()
-            second.communicate()
+        _terminate(second)
     assert body["Status"] == "SUCCESS" and body["PhysicalResourceId"] == "once-1", body
     time.sleep(0.3)
     assert len(response_server.responses_for(event["RequestId"])) == 1

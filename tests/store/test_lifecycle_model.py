@@ -44,7 +44,6 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from crhelper import InProgress, Provider, Result
 from crhelper.config import Settings
-import crhelper.lifecycle as lifecycle_module
 from crhelper.lifecycle import EARLY_TOLERANCE, FOLLOW_UP_SLACK, Lifecycle, Verdict, key_of
 from crhelper.request import parse_request
 from crhelper.runtime import guarded_runner
@@ -142,7 +141,7 @@ class Proc:
         self.lifecycle = Lifecycle(
             machine.provider.registry, self.store, default_type=None, step_lease=STEP_LEASE, record_ttl=RECORD_TTL,
             clock=machine.clock, identity=lambda: ident, is_dead=lambda other: other in machine.dead,
-            renew_in_background=False,
+            renew_in_background=False, new_id=machine.new_id,
         )
 
     def tick(self, where: str) -> None:
@@ -164,7 +163,7 @@ class LifecycleModel(RuleBasedStateMachine):
         # Deterministic operation ids: recovery visits continuations in (next_run_at, id) order, and
         # random ids would make hypothesis's replays diverge.
         ids = itertools.count(1)
-        lifecycle_module.new_continuation_id = lambda: f"op-{next(ids):04d}-" + "x" * 20  # type: ignore[assignment]
+        self.new_id = lambda: f"op-{next(ids):04d}-" + "x" * 20
         self.clock = Clock()
         self.store = SqliteStore(":memory:", clock=self.clock)
         self.provider = Provider()
@@ -571,8 +570,7 @@ class LifecycleModel(RuleBasedStateMachine):
             self.store.close()
 
 
-def test_lifecycle_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lifecycle_module, "new_continuation_id", lifecycle_module.new_continuation_id)  # restored after
+def test_lifecycle_model() -> None:
     KNOWN_HITS.clear()
     run_state_machine_as_test(
         LifecycleModel,
