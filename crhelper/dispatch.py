@@ -21,8 +21,9 @@ from .response import (
     Result,
     data_problem,
     default_physical_id,
-    failed_body,
+    exception_reason,
     failed_physical_id,
+    failed_response,
     fit_to_limit,
     physical_id_problem,
     success_body,
@@ -49,25 +50,6 @@ def plain(outcome: "dict[str, Any] | InProgress | Orphaned") -> "dict[str, Any] 
     return outcome
 
 
-def failed_for(request: Request, reason: str, secrets: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-    """A FAILED body for this request, with the physical-id rule applied and secrets masked."""
-    body = failed_body(
-        {"StackId": request.stack_id, "RequestId": request.request_id, "LogicalResourceId": request.logical_resource_id},
-        reason,
-        failed_physical_id(request.request_type, request.physical_resource_id),
-        secrets,
-    )
-    return fit_to_limit(body)
-
-
-def exception_reason(exc: BaseException) -> str:
-    """`Type: message` for surprises, the bare text for Failure raised on purpose."""
-    if isinstance(exc, Failure):
-        return exc.reason
-    message = str(exc)
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-
-
 def _call(registration: Any, request: Request, props: Any, old: Any) -> Any:
     """Pass as many of (props[, old], request) as the handler declares."""
     args: list[Any] = [props, old, request] if request.request_type == UPDATE else [props, request]
@@ -91,9 +73,9 @@ def _interpret(request: Request, returned: Any, secrets: list[str]) -> "dict[str
         returned = Result()
     if isinstance(returned, InProgress):
         problem = progress_problem(returned)
-        return failed_for(request, problem, secrets) if problem else returned
+        return failed_response(request, problem, secrets) if problem else returned
     if not isinstance(returned, Result):
-        return failed_for(
+        return failed_response(
             request,
             f"{request.request_type} handler returned {type(returned).__name__}; return crhelper.Result(...) or None",
             secrets,
@@ -102,10 +84,10 @@ def _interpret(request: Request, returned: Any, secrets: list[str]) -> "dict[str
         physical_id = returned.physical_id if returned.physical_id is not None else default_physical_id(request)
         problem = physical_id_problem(physical_id)
         if problem:
-            return failed_for(request, f"Create handler returned an invalid id: {problem}", secrets)
+            return failed_response(request, f"Create handler returned an invalid id: {problem}", secrets)
         problem = data_problem(returned.data) if returned.data is not None else None
         if problem:
-            return Orphaned(failed_for(request, problem, secrets), physical_id)
+            return Orphaned(failed_response(request, problem, secrets), physical_id)
         body = fit_to_limit(success_body(request, physical_id, returned.data))
         if body.get("Status") != "SUCCESS":  # Data too large: the resource exists all the same
             return Orphaned({**body, "PhysicalResourceId": failed_physical_id(CREATE, None)}, physical_id)
@@ -113,10 +95,10 @@ def _interpret(request: Request, returned: Any, secrets: list[str]) -> "dict[str
     if returned.data is not None:
         problem = data_problem(returned.data)
         if problem:
-            return failed_for(request, problem, secrets)
+            return failed_response(request, problem, secrets)
     physical_id = request.physical_resource_id or ""
     if returned.physical_id is not None and returned.physical_id != physical_id:
-        return failed_for(
+        return failed_response(
             request,
             f"{request.request_type} handler returned PhysicalResourceId {returned.physical_id!r} but the resource is "
             f"{physical_id!r}; ROS forbids changing it. Keep the id (return Result(physical_id=None)) or model a "
@@ -150,13 +132,13 @@ def dispatch(registry: Registry, request: Request, default_type: str | None) -> 
     try:
         resource_type = registry.resolve_type(request.resource_type, default_type)
     except UnknownType as exc:
-        return failed_for(request, str(exc))
+        return failed_response(request, str(exc))
 
     registration = registry.get(resource_type, request.request_type)
     if registration is None:
         if request.request_type == DELETE:
             return fit_to_limit(success_body(request, request.physical_resource_id or "", None))
-        return failed_for(
+        return failed_response(
             request,
             f"no {request.request_type} handler registered for {resource_type}; "
             f"registered: {', '.join(registry.operations(resource_type)) or 'none'}",
@@ -175,5 +157,5 @@ def dispatch(registry: Registry, request: Request, default_type: str | None) -> 
     except BaseException as exc:  # sys.exit(), KeyboardInterrupt, CancelledError: still one answer
         if not isinstance(exc, Failure):
             _log_exception(exc, secrets)
-        return failed_for(request, exception_reason(exc), secrets)
+        return failed_response(request, exception_reason(exc), secrets)
     return _interpret(request, returned, secrets)

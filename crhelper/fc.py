@@ -16,7 +16,7 @@ from typing import Any, Callable
 from .config import ConfigError, Settings
 from .invocation import Outcome, answer_invocation
 from .logs import configure, get_logger
-from .runtime import answer_failure
+from .runtime import send_failed
 
 _log = get_logger("fc")
 
@@ -93,7 +93,7 @@ def answer_without_provider(event: Any, reason: str) -> str:
         settings = Settings()
 
     def fail(body: Any) -> Outcome:
-        result, report = answer_failure(body, reason, settings)
+        result, report = send_failed(body, reason, settings)
         if result.body is None:
             return Outcome({"Status": "FAILED", "Reason": reason}, False, result.error)
         return Outcome(result.body, report.delivered, report.error)

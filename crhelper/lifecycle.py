@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import holder
 from .constants import CREATE, DELETE, NOTHING_CREATED_IDS
-from .dispatch import Orphaned, exception_reason, failed_for
+from .dispatch import Orphaned
+from .response import exception_reason, failed_response
 from .logs import get_logger, request_context
 from .reentry import Reentry
 from .registry import Registry
@@ -204,7 +205,7 @@ class Lifecycle:
         self.store.put_continuation(mine)
         return self._hold(mine)
 
-    def process(
+    def run(
         self, request: Request, raw: dict[str, Any], run: Step, reentry: Reentry | None, accepted: str | None = None
     ) -> Verdict:
         """What to send for a fresh delivery (a Verdict whose body is None when nothing is due now);
@@ -230,7 +231,7 @@ class Lifecycle:
         request = dataclasses.replace(request, started_at=mine.started_at)
         return self._step(key, request, hold, run, reentry)
 
-    def process_in_band(
+    def run_in_band(
         self, request: Request, run: "Callable[[Request], dict[str, Any] | Orphaned]", wait_until: float | None
     ) -> dict[str, Any]:
         """For replies in the HTTP body (`web[sync]`): run once per request, and answer duplicates with
@@ -250,9 +251,9 @@ class Lifecycle:
                 if record is None or not record.lease_live(self.clock()):
                     break
                 time.sleep(IN_FLIGHT_POLL)
-            return failed_for(request, "a previous delivery of this request is still running; ROS may retry it")
+            return failed_response(request, "a previous delivery of this request is still running; ROS may retry it")
         outcome = self._unwrap_orphan(request, run(request))
-        body = fit_to_limit(outcome) if isinstance(outcome, dict) else failed_for(request, "internal error: no answer")
+        body = fit_to_limit(outcome) if isinstance(outcome, dict) else failed_response(request, "internal error: no answer")
         try:
             self.store.complete(key, operation_id, body)
         except Exception as exc:
@@ -385,7 +386,7 @@ class Lifecycle:
         operation that was already re-entered is left alone: recovery resumes it from the store.
         None when nothing must be sent (it finished, or continues from the store)."""
         key = key_of(request)
-        body = failed_for(request, reason)
+        body = failed_response(request, reason)
         record = self.store.get(key)
         if record is None:  # never claimed: nothing else will answer it, once accepted ones are let go
             for hold in self.holds():
@@ -641,7 +642,7 @@ class Lifecycle:
             outcome = run(request)
         except BaseException as exc:  # a bug of ours: the request is still answered, once
             _log.exception("internal error while running a step")
-            outcome = failed_for(request, f"internal error in crhelper: {exception_reason(exc)}")
+            outcome = failed_response(request, f"internal error in crhelper: {exception_reason(exc)}")
         outcome = self._unwrap_orphan(request, outcome)
         if request.request_type == DELETE and isinstance(outcome, dict):
             outcome = {**outcome, "PhysicalResourceId": request.physical_resource_id or outcome.get("PhysicalResourceId")}
@@ -653,7 +654,7 @@ class Lifecycle:
         )
         if reentry is None or unavailable:
             return self._finish(key, request, hold,
-                                failed_for(request, f"the handler returned InProgress, but {unavailable}"))
+                                failed_response(request, f"the handler returned InProgress, but {unavailable}"))
         current = self._release(hold)
         if hold.lost:
             _log.warning("lost the operation to another process while running a step: dropping this result")
@@ -689,7 +690,7 @@ class Lifecycle:
                 hook(request)
         except Exception as exc:
             _log.error("on_timeout hook failed", extra={"fields": {"error": exception_reason(exc)}})
-        return self._finish(key, request, hold, failed_for(
+        return self._finish(key, request, hold, failed_response(
             request,
             f"did not complete within {seconds:.0f} s (the deadline for {request.resource_type}); "
             f"{continuation.attempt} call(s) made",
@@ -759,7 +760,7 @@ class Lifecycle:
         key = latest.key
         while latest is not None and latest.state is RecordState.IN_PROGRESS and latest.lease_live(self.clock()):
             if until is not None and time.monotonic() + ORPHAN_POLL >= until:
-                return failed_for(request, "the Create of this resource timed out and its handler is still running; "
+                return failed_response(request, "the Create of this resource timed out and its handler is still running; "
                                            "retry the delete once it has finished")
             time.sleep(ORPHAN_POLL)
             latest = self.store.get(key)

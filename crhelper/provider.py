@@ -10,7 +10,7 @@ from .config import ConfigError, Settings
 from .constants import CREATE, DELETE, UPDATE
 from .logs import configure, get_logger
 from .registry import Registry
-from .runtime import answer, answer_failure, failure_answer, guard_margin, handle_event, invocation_deadline
+from .runtime import answer_in_band, send_failed, failed_answer, guard_margin, handle_event, invocation_deadline
 from .store.budget import store_deadline
 from .invocation import Outcome, answer_invocation
 from .services import ProviderServices
@@ -133,7 +133,7 @@ class Provider:
         try:
             settings = self.settings()
         except ConfigError as exc:  # still answer: the stack must not wait for a typo in an env var
-            result, report = answer_failure(event, f"provider misconfigured: {exc}", Settings())
+            result, report = send_failed(event, f"provider misconfigured: {exc}", Settings())
             return Outcome(result.body, report.delivered, report.error)
         deadline = invocation_deadline(context, invoked)
         margin = guard_margin(max(0.0, deadline - invoked), settings.timeout_margin) if deadline is not None else 0.0
@@ -142,7 +142,7 @@ class Provider:
                 services = self._services.for_request(settings, context, reentry)
         except Exception as exc:  # a bad CRHELPER_STORE or an unreachable store: answer, do not go silent
             _log.error("state store unavailable", extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
-            result, report = answer_failure(event, f"state store unavailable: {exc}", settings)
+            result, report = send_failed(event, f"state store unavailable: {exc}", settings)
             return Outcome(result.body, report.delivered, report.error)
         result, report = handle_event(self.registry, event, settings, context, services, started=invoked, accepted=accepted)
         self._services.maybe_recover(settings, services, context, invoked)
@@ -170,19 +170,19 @@ class Provider:
         except Exception:  # not a request we can parse, or no usable store: answer as best we can
             lifecycle = None
         if lifecycle is None:
-            result, report = answer_failure(event, reason, settings)
+            result, report = send_failed(event, reason, settings)
             return Outcome(result.body, report.delivered, report.error)
         try:
             verdict = lifecycle.give_up(request, reason)
         except Exception as exc:  # the answer matters more than its record
             _log.error("could not record the FAILED answer; sending it anyway", extra={"fields": {"error": str(exc)}})
-            result, report = answer_failure(event, reason, settings)
+            result, report = send_failed(event, reason, settings)
             return Outcome(result.body, report.delivered, report.error)
         if verdict is None:
             return Outcome(None, False)
-        answer_ = Answer.of(verdict)
-        report = send(answer_, settings)
-        return Outcome(answer_.body, report.delivered, report.error, final=report.final)
+        reply = Answer.of(verdict)
+        report = send(reply, settings)
+        return Outcome(reply.body, report.delivered, report.error, final=report.final)
 
     def recover(
         self, reentry: "Reentry | None" = None, limit: int = 5, context: object | None = None,
@@ -204,13 +204,13 @@ class Provider:
         try:
             settings = self.settings()
         except ConfigError as exc:
-            return failure_answer(event, f"provider misconfigured: {exc}").body
+            return failed_answer(event, f"provider misconfigured: {exc}").body
         deadline = time.monotonic() + within if within is not None else None
         try:
             lifecycle = self._services.lifecycle(settings)
         except Exception as exc:
-            return failure_answer(event, f"state store unavailable: {exc}").body
-        return answer(self.registry, event, settings, deadline=deadline, lifecycle=lifecycle).body
+            return failed_answer(event, f"state store unavailable: {exc}").body
+        return answer_in_band(self.registry, event, settings, deadline=deadline, lifecycle=lifecycle).body
 
     def fc_handler(self, event: Any, context: object | None = None, *, started: float | None = None) -> str:
         """Function Compute entry: `handler = provider.fc_handler` (a Provider is also callable).

@@ -19,6 +19,7 @@ from .constants import (
     MAX_RESPONSE_BYTES,
     SUCCESS,
 )
+from .errors import Failure
 from .request import Request, nesting_exceeds
 
 
@@ -225,3 +226,22 @@ def fit_to_limit(body: dict[str, Any]) -> dict[str, Any]:
     overflow = size - MAX_RESPONSE_BYTES
     keep = max(0, len(reason.encode("utf-8")) - overflow - len(_TRUNCATED.encode("utf-8")))
     return {**body, "Reason": _cut_utf8(reason, keep) + _TRUNCATED}
+
+
+def failed_response(request: Request, reason: str, secrets: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """A FAILED body for this request, with the physical-id rule applied and secrets masked."""
+    body = failed_body(
+        {"StackId": request.stack_id, "RequestId": request.request_id, "LogicalResourceId": request.logical_resource_id},
+        reason,
+        failed_physical_id(request.request_type, request.physical_resource_id),
+        secrets,
+    )
+    return fit_to_limit(body)
+
+
+def exception_reason(exc: BaseException) -> str:
+    """`Type: message` for surprises, the bare text for Failure raised on purpose."""
+    if isinstance(exc, Failure):
+        return exc.reason
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from . import outbound
 from .config import Settings
-from .dispatch import Orphaned, dispatch, failed_for, plain
+from .dispatch import Orphaned, dispatch, plain
+from .response import failed_response
 from .reentry import continuation_id_of
 from .errors import RequestError
 from .logs import get_logger, request_context
@@ -247,7 +248,7 @@ def guarded_runner(
                 return outcome
             if still_running is None:
                 _log.error("no time left to run the handler before the function deadline; answering FAILED")
-                return failed_for(
+                return failed_response(
                     request,
                     "not started: too little time was left before the Function Compute timeout; "
                     "raise the function timeout or send fewer requests per invocation",
@@ -258,7 +259,7 @@ def guarded_runner(
                     on_abandoned(request, still_running)
                 except Exception:
                     _log.exception("could not track the abandoned handler")
-            return failed_for(
+            return failed_response(
                 request,
                 "timed out: the handler was still running shortly before the Function Compute timeout; "
                 "raise the function timeout or return InProgress to continue long work in a later invocation",
@@ -278,7 +279,7 @@ def _parse(raw: Mapping[str, Any]) -> "Request | Answer":
         return Answer(failed_body_from_raw(raw, f"invalid request: {exc}"), None, public, intranet)
 
 
-def answer(
+def answer_in_band(
     registry: Registry,
     event: Any,
     settings: Settings,
@@ -308,28 +309,28 @@ def answer(
         """An in-band reply cannot be continued later: InProgress becomes a FAILED that says so."""
         outcome = guarded(request)
         if isinstance(outcome, InProgress):
-            return failed_for(request, "the handler returned InProgress but this delivery path replies in-band "
+            return failed_response(request, "the handler returned InProgress but this delivery path replies in-band "
                                        "and cannot call it again later; use an asynchronous ServiceToken")
         return outcome
 
     if lifecycle is not None:
         with request_context(request.log_fields()):
-            body = lifecycle.process_in_band(request, run, deadline - margin if deadline is not None else None)
+            body = lifecycle.run_in_band(request, run, deadline - margin if deadline is not None else None)
         return Answer(body, request, public, intranet)
     outcome = plain(run(request))
     return Answer(outcome if isinstance(outcome, dict) else None, request, public, intranet)
 
 
-def send(answer_: Answer, settings: Settings, deadline: float | None = None) -> outbound.DeliveryReport:
+def send(reply: Answer, settings: Settings, deadline: float | None = None) -> outbound.DeliveryReport:
     """Deliver an answer's body once (with bounded retries inside)."""
-    if answer_.body is None:
-        return outbound.DeliveryReport(False, 0, error=answer_.error)
-    fields = answer_.request.log_fields() if answer_.request else {}
+    if reply.body is None:
+        return outbound.DeliveryReport(False, 0, error=reply.error)
+    fields = reply.request.log_fields() if reply.request else {}
     with request_context(fields):
         return outbound.deliver(
-            encode(answer_.body),
-            answer_.public_url,
-            answer_.intranet_url,
+            encode(reply.body),
+            reply.public_url,
+            reply.intranet_url,
             settings.delivery,
             on_function_compute=settings.on_function_compute,
             deadline=deadline,
@@ -367,19 +368,19 @@ def handle_event(
     )
     try:
         if lifecycle is None:
-            result = _process(registry, event, settings, services, run)
+            result = _run_request(registry, event, settings, services, run)
         else:
-            result = _bounded(lambda: _process(registry, event, settings, services, run, accepted), deadline, margin)
+            result = _bounded(lambda: _run_request(registry, event, settings, services, run, accepted), deadline, margin)
     except BaseException as exc:  # a bug of ours, an unreachable store, a signal: still one answer
         if isinstance(exc, _OutOfTime):
             _log.error("no time left to handle the request", extra={"fields": {"error": str(exc)}})
-            result = failure_answer(event, str(exc))
+            result = failed_answer(event, str(exc))
         elif isinstance(exc, StoreError):
             _log.error("state store unavailable", extra={"fields": {"error": str(exc)}})
-            result = failure_answer(event, f"state store unavailable: {exc}")
+            result = failed_answer(event, f"state store unavailable: {exc}")
         else:
             _log.exception("internal error while handling a request")
-            result = failure_answer(event, f"internal error in crhelper: {type(exc).__name__}: {exc}")
+            result = failed_answer(event, f"internal error in crhelper: {type(exc).__name__}: {exc}")
         if not isinstance(exc, Exception):
             report = send(result, settings, deadline=(deadline - 0.2) if deadline else None)
             raise
@@ -420,7 +421,7 @@ class _OutOfTime(Exception):
     """The invocation reached its deadline before the request could start."""
 
 
-def _process(
+def _run_request(
     registry: Registry, event: Any, settings: Settings, services: Services, run: Callable[[Request], Any],
     accepted: str | None = None,
 ) -> Answer:
@@ -446,23 +447,23 @@ def _process(
     if services.lifecycle is None:
         outcome = plain(run(request))
         if isinstance(outcome, InProgress):
-            outcome = failed_for(request, "the handler returned InProgress but long-running operations need a store; "
+            outcome = failed_response(request, "the handler returned InProgress but long-running operations need a store; "
                                           "unset CRHELPER_STORE (it is none) or set it to a store URL")
         return Answer(outcome, request, public, intranet)
     with request_context(request.log_fields()):
-        verdict = services.lifecycle.process(request, raw, run, services.reentry, accepted)
+        verdict = services.lifecycle.run(request, raw, run, services.reentry, accepted)
     return Answer.of(verdict)
 
 
 def send_resumed(results: "list[Verdict]", settings: Settings, deadline: float | None = None) -> None:
     """Deliver the answers of operations finished by recovery (before `deadline`, time.monotonic())."""
     for verdict in results:
-        answer_ = Answer.of(verdict)
+        reply = Answer.of(verdict)
         report = outbound.DeliveryReport(False, 0)
         try:
-            report = send(answer_, settings, deadline=deadline)
+            report = send(reply, settings, deadline=deadline)
         finally:
-            answer_.settle(report.delivered)
+            reply.settle(report.delivered)
 
 
 def run_side_by_side(jobs: list[Callable[[], int]], deadline: float | None) -> int:
@@ -483,7 +484,7 @@ def _in_context(job: Callable[[], int]) -> Callable[[], int]:
     return lambda: context.run(job)
 
 
-def failure_answer(event: Any, reason: str) -> Answer:
+def failed_answer(event: Any, reason: str) -> Answer:
     """A FAILED answer for an event without consulting any provider (import or configuration failure)."""
     try:
         raw = decode_event(event)
@@ -495,9 +496,9 @@ def failure_answer(event: Any, reason: str) -> Answer:
     return Answer(failed_body_from_raw(raw, reason), None, public, intranet)
 
 
-def answer_failure(event: Any, reason: str, settings: Settings) -> tuple[Answer, outbound.DeliveryReport]:
+def send_failed(event: Any, reason: str, settings: Settings) -> tuple[Answer, outbound.DeliveryReport]:
     """Answer FAILED without a provider (e.g. the provider module failed to import) and send it."""
-    result = failure_answer(event, reason)
+    result = failed_answer(event, reason)
     if result.body is None:
         _log.error("request cannot be answered", extra={"fields": {"error": result.error, "reason": reason}})
         return result, outbound.DeliveryReport(False, 0, error=result.error)

@@ -74,8 +74,8 @@ def handler(event: Any, context: Any = None) -> str:
     provider = _provider()
     if provider is None:
         from ..config import Settings
-        from ..runtime import answer_failure
+        from ..runtime import send_failed
 
-        result, _ = answer_failure(event, _state["error"], Settings.from_env())
+        result, _ = send_failed(event, _state["error"], Settings.from_env())
         return json.dumps(result.body or {"Status": "FAILED", "Reason": _state["error"]})
     return str(provider.fc_handler(event, context))

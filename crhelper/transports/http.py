@@ -540,13 +540,13 @@ class HttpApp:
 
         def answer() -> None:
             from ..config import ConfigError, Settings
-            from ..runtime import answer_failure
+            from ..runtime import send_failed
 
             try:
                 settings = self._provider.settings() if hasattr(self._provider, "settings") else Settings()
             except ConfigError:
                 settings = Settings()
-            answer_failure(salvaged, reason, settings)
+            send_failed(salvaged, reason, settings)
 
         threading.Thread(target=answer, name="crhelper-refused", daemon=True).start()
 
@@ -674,9 +674,9 @@ def abandon(provider: Any, event: Mapping[str, Any], reason: str) -> bool:
         outcome = give_up(dict(event), reason)
         return bool(outcome.body is not None and outcome.delivered)
     from ..config import Settings
-    from ..runtime import answer_failure
+    from ..runtime import send_failed
 
-    _, report = answer_failure(dict(event), reason, Settings())
+    _, report = send_failed(dict(event), reason, Settings())
     return bool(report.delivered)
 
 

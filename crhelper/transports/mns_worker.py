@@ -52,7 +52,7 @@ __all__ = [
     "defer_visibility",
     "first_extension_delay",
     "error_backoff",
-    "process_message",
+    "handle_message",
     "recover_stalled",
     "MAX_BATCH",
 ]
@@ -123,7 +123,7 @@ def error_backoff(failures: int, base: float = 0.5, cap: float = 30.0,
     return rand(ceiling / 2.0, ceiling)
 
 
-def process_message(provider: Any, request: dict[str, Any], reentry: Reentry | None) -> Any:
+def handle_message(provider: Any, request: dict[str, Any], reentry: Reentry | None) -> Any:
     """`provider.process(request)`, with long-running operations continued through `reentry`
     (a request that came through a queue continues through that queue). Returns an Outcome."""
     return provider.process(request, reentry=reentry)
@@ -472,7 +472,7 @@ class QueueWorker:
                 self._finish(lease, Action.DELETE)
                 return
             try:
-                outcome = process_message(self.provider, request, self._reentry())
+                outcome = handle_message(self.provider, request, self._reentry())
             except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt, CancelledError, SystemExit from a
                 # handler: nothing was answered. Keep the message so that MNS redelivers it, and keep this thread.
                 _log.error("handler interrupted; the message stays in the queue for redelivery",

@@ -104,10 +104,10 @@ def test_orphaned_continuation_after_a_takeover_neither_runs_nor_cleans_up(tmp_p
     event = make_event("Create", "Custom::Slow")
     request = parse_request(event)
     try:
-        assert lifecycle.process(request, event, run, reentry).body is None
+        assert lifecycle.run(request, event, run, reentry).body is None
         # Every process dies; long after the deadline a redelivery takes the request over.
         clock.now += 200
-        assert lifecycle.process(request, event, run, reentry).body is None
+        assert lifecycle.run(request, event, run, reentry).body is None
         assert calls == [0, 0]
         old, new = reentry.scheduled
         # The first operation's re-entry (or a recovery) must not act for a request it lost.
@@ -134,7 +134,7 @@ def test_finished_marker_is_removed_once_due_without_resending(tmp_path):
     reentry = CapturingReentry()
     event = make_event("Create", "Custom::Two")
     try:
-        lifecycle.process(parse_request(event), event, run, reentry)
+        lifecycle.run(parse_request(event), event, run, reentry)
         clock.now += 3  # the step's timer never fired: recovery picks it up
         [verdict] = lifecycle.recover(run, reentry)
         body = verdict.body
@@ -166,9 +166,9 @@ def test_duplicate_resumes_a_stalled_operation_by_the_lifecycle_clock(tmp_path):
     event = make_event("Create", "Custom::Slow")
     request = parse_request(event)
     try:
-        lifecycle.process(request, event, run, reentry)
+        lifecycle.run(request, event, run, reentry)
         clock.now += 30  # the re-entry was lost; the operation is due and nobody runs it
-        assert lifecycle.process(request, event, run, reentry).body is None
+        assert lifecycle.run(request, event, run, reentry).body is None
         assert calls == [0, 1]
         assert reentry.scheduled == [reentry.scheduled[0]] * 2
     finally:

@@ -355,7 +355,7 @@ class LifecycleModel(RuleBasedStateMachine):
     def deliver(self, proc: Proc, crash: int | None, label: str = "delivery of the request") -> None:
         request = parse_request(self.raw)
         self.deliveries += 1
-        self.act(proc, label, lambda: [proc.lifecycle.process(request, self.raw, self.run, proc.reentry)], crash)
+        self.act(proc, label, lambda: [proc.lifecycle.run(request, self.raw, self.run, proc.reentry)], crash)
 
     def fire(self, proc: Proc, continuation_id: str, crash: int | None, label: str) -> None:
         self.act(proc, f"{label} {continuation_id[:7]}",
