@@ -14,9 +14,9 @@ import traceback
 from typing import Any, Callable
 
 from .config import ConfigError, Settings
-from .invocation import Outcome, answer_invocation
 from .logs import configure, get_logger
-from .runtime import send_failed
+from .runtime import Outcome, send_failed
+from .transports.fc import answer_invocation
 
 _log = get_logger("fc")
 
@@ -93,10 +93,10 @@ def answer_without_provider(event: Any, reason: str) -> str:
         settings = Settings()
 
     def fail(body: Any) -> Outcome:
-        result, report = send_failed(body, reason, settings)
-        if result.body is None:
-            return Outcome({"Status": "FAILED", "Reason": reason}, False, result.error)
-        return Outcome(result.body, report.delivered, report.error)
+        outcome = send_failed(body, reason, settings)
+        if outcome.body is None:  # nothing could be sent: the summary still says why
+            return Outcome({"Status": "FAILED", "Reason": reason}, False, outcome.error)
+        return outcome
 
     return answer_invocation(event, fail)
 

@@ -510,7 +510,7 @@ class Lifecycle:
 
     def _follow_up(self, operation_id: str, wait: float, reentry: Reentry | None) -> bool:
         """Schedule a check of the operation when its holder's lease ends; False if impossible."""
-        if reentry is None or getattr(reentry, "unavailable_reason", None):
+        if reentry is None or reentry.unavailable_reason:
             return False
         try:
             reentry.schedule(operation_id, max(0.0, wait) + FOLLOW_UP_SLACK)
@@ -649,7 +649,7 @@ class Lifecycle:
         if not isinstance(outcome, InProgress):
             return self._finish(key, request, hold, outcome)
         unavailable = (
-            getattr(reentry, "unavailable_reason", None) if reentry is not None
+            reentry.unavailable_reason if reentry is not None
             else "this delivery path cannot call it again later (use an asynchronous ServiceToken, or set CRHELPER_REENTRY)"
         )
         if reentry is None or unavailable:

@@ -8,23 +8,32 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from .config import ConfigError, Settings
 from .constants import CREATE, DELETE, UPDATE
+from .errors import RequestError
 from .logs import configure, get_logger
 from .registry import Registry
-from .runtime import answer_in_band, send_failed, failed_answer, guard_margin, handle_event, invocation_deadline
-from .store.budget import store_deadline
-from .invocation import Outcome, answer_invocation
+from .request import decode_event, parse_request
+from .runtime import (
+    Answer,
+    Outcome,
+    answer_in_band,
+    failed_answer,
+    guard_margin,
+    handle_event,
+    invocation_deadline,
+    send,
+    send_failed,
+)
 from .services import ProviderServices
+from .store.budget import store_deadline
+from .transports.fc import handle_invocation
 
 if TYPE_CHECKING:
+    from .lifecycle import Lifecycle
     from .reentry import Reentry
     from .store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
 _log = get_logger("provider")
-
-
-#: Operations one timer invocation resumes at most.
-RECOVERY_BATCH = 20
 
 
 class Provider:
@@ -44,8 +53,7 @@ class Provider:
         self.registry = Registry()
         self.default_type = default_type
         self._settings = settings
-        self._store = store
-        self._services = ProviderServices(self)
+        self._services = ProviderServices(self.registry, store, self.handle)
 
     def set_deadline(self, resource_type: str, seconds: float) -> None:
         """The longest a long-running operation of this type may take (keep it below the template's Timeout)."""
@@ -89,6 +97,15 @@ class Provider:
             settings = dataclasses.replace(settings, default_type=self.default_type)
         return settings
 
+    def _open(self, event: Any) -> "tuple[Settings, None] | tuple[Settings, str]":
+        """Every entry's opening: logging on, the settings read. A misconfiguration comes back as
+        the Reason to answer with (the stack must not wait for a typo in an env var)."""
+        configure()
+        try:
+            return self.settings(), None
+        except ConfigError as exc:
+            return Settings(), f"provider misconfigured: {exc}"
+
     def handle(self, event: Any, context: object | None = None, *, started: float | None = None) -> dict[str, Any] | None:
         """Run the whole protocol for one event; returns the response body sent (None if none could be).
         `started` (time.monotonic()) is when the invocation began, for batches sharing one FC deadline."""
@@ -98,17 +115,16 @@ class Provider:
         """Store a request before acknowledging it (a server that handles it later in a pool): if the
         process dies before handling it, recovery runs it. Returns the id to pass to `process` as
         `accepted` (or to `discard`), or None when there is nothing to store (no store, not a request)."""
-        from .errors import RequestError
-        from .request import decode_event, parse_request
-
+        settings, problem = self._open(event)
+        if problem:
+            return None  # process() answers it precisely
         try:
-            settings = self.settings()
             lifecycle = self._services.lifecycle(settings)
             if lifecycle is None:
                 return None
             raw = decode_event(event)
             return lifecycle.accept(parse_request(raw), raw)
-        except (ConfigError, RequestError):
+        except RequestError:
             return None  # process() answers it precisely
         except Exception as exc:  # an unusable store: process() answers "state store unavailable"
             _log.warning("could not store an accepted request", extra={"fields": {"error": str(exc)}})
@@ -123,66 +139,49 @@ class Provider:
     def process(
         self, event: Any, context: object | None = None, *, started: float | None = None, reentry: "Reentry | None" = None,
         accepted: str | None = None,
-    ) -> "Outcome":
+    ) -> Outcome:
         """Like handle(), but also says whether the response was delivered, for transports that must
         decide whether to acknowledge their message (a queue worker keeps it when delivery failed).
         `reentry` overrides how a long-running operation is continued (a queue worker continues it
         through its own queue); `accepted` is what `accept` returned for this event."""
         invoked = time.monotonic() if started is None else started
-        configure()
-        try:
-            settings = self.settings()
-        except ConfigError as exc:  # still answer: the stack must not wait for a typo in an env var
-            result, report = send_failed(event, f"provider misconfigured: {exc}", Settings())
-            return Outcome(result.body, report.delivered, report.error)
+        settings, problem = self._open(event)
+        if problem:
+            return send_failed(event, problem, settings)
         deadline = invocation_deadline(context, invoked)
         margin = guard_margin(max(0.0, deadline - invoked), settings.timeout_margin) if deadline is not None else 0.0
         try:
             with store_deadline(deadline - margin if deadline is not None else None):
                 services = self._services.for_request(settings, context, reentry)
         except Exception as exc:  # a bad CRHELPER_STORE or an unreachable store: answer, do not go silent
-            _log.error("state store unavailable", extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
-            result, report = send_failed(event, f"state store unavailable: {exc}", settings)
-            return Outcome(result.body, report.delivered, report.error)
+            return send_failed(event, _store_unavailable(exc), settings)
         result, report = handle_event(self.registry, event, settings, context, services, started=invoked, accepted=accepted)
         self._services.maybe_recover(settings, services, context, invoked)
-        return Outcome(
-            result.body, report.delivered, report.error if result.body is not None else result.error,
-            final=bool(getattr(report, "final", False)), retry_after=result.retry_after,
-        )
+        return Outcome.of(result, report)
 
-    def give_up(self, event: Any, reason: str) -> "Outcome":
+    def give_up(self, event: Any, reason: str) -> Outcome:
         """Answer FAILED (`reason`) for a request whose handler cannot finish here (a server shutting
         down, an interrupted thread), exactly once: recorded as its answer first, so the handler
         finishing later, a duplicate or a recovery sends nothing more. Long-running operations that
         were already re-entered are left to recovery (the body is None then)."""
-        configure()
-        try:
-            settings = self.settings()
-        except ConfigError:
-            settings = Settings()
-        from .request import parse_request
-        from .runtime import Answer, send
-
+        settings, _ = self._open(event)
+        lifecycle: Lifecycle | None
         try:
             lifecycle = self._services.lifecycle(settings)
             request = parse_request(event if isinstance(event, dict) else {})
         except Exception:  # not a request we can parse, or no usable store: answer as best we can
             lifecycle = None
         if lifecycle is None:
-            result, report = send_failed(event, reason, settings)
-            return Outcome(result.body, report.delivered, report.error)
+            return send_failed(event, reason, settings)
         try:
             verdict = lifecycle.give_up(request, reason)
         except Exception as exc:  # the answer matters more than its record
             _log.error("could not record the FAILED answer; sending it anyway", extra={"fields": {"error": str(exc)}})
-            result, report = send_failed(event, reason, settings)
-            return Outcome(result.body, report.delivered, report.error)
+            return send_failed(event, reason, settings)
         if verdict is None:
             return Outcome(None, False)
         reply = Answer.of(verdict)
-        report = send(reply, settings)
-        return Outcome(reply.body, report.delivered, report.error, final=report.final)
+        return Outcome.of(reply, send(reply, settings))
 
     def recover(
         self, reentry: "Reentry | None" = None, limit: int = 5, context: object | None = None,
@@ -200,16 +199,14 @@ class Provider:
     def respond(self, event: Any, *, within: float | None = None) -> dict[str, Any] | None:
         """The response body without sending it, for transports that reply in-band (`web[sync]`).
         With `within` seconds, a handler still running then is answered FAILED "timed out"."""
-        configure()
-        try:
-            settings = self.settings()
-        except ConfigError as exc:
-            return failed_answer(event, f"provider misconfigured: {exc}").body
+        settings, problem = self._open(event)
+        if problem:
+            return failed_answer(event, problem).body
         deadline = time.monotonic() + within if within is not None else None
         try:
             lifecycle = self._services.lifecycle(settings)
         except Exception as exc:
-            return failed_answer(event, f"state store unavailable: {exc}").body
+            return failed_answer(event, _store_unavailable(exc)).body
         return answer_in_band(self.registry, event, settings, deadline=deadline, lifecycle=lifecycle).body
 
     def fc_handler(self, event: Any, context: object | None = None, *, started: float | None = None) -> str:
@@ -220,11 +217,12 @@ class Provider:
         (a JSON summary) only helps synchronous callers and logs. `started` (time.monotonic()) is when
         the invocation began, if earlier than this call (the lazy entry imports the provider first).
         """
-        invoked = time.monotonic() if started is None else started
-        return answer_invocation(
-            event,
-            lambda body: self.process(body, context, started=invoked),
-            lambda: self.recover(limit=RECOVERY_BATCH, context=context, started=invoked),
-        )
+        return handle_invocation(self, event, context, started)
 
     __call__ = fc_handler
+
+
+def _store_unavailable(exc: BaseException) -> str:
+    """The Reason for a store that cannot be opened or reached, logged once here."""
+    _log.error("state store unavailable", extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
+    return f"state store unavailable: {exc}"

@@ -28,6 +28,8 @@ class Reentry(Protocol):
     """Something that calls the provider again with a continuation id after a delay."""
 
     name: str
+    #: Why this path cannot continue an operation (None: it can); a long-running handler is told it.
+    unavailable_reason: str | None
 
     def schedule(self, continuation_id: str, delay: float) -> None: ...
 
@@ -48,10 +50,10 @@ class UnavailableReentry:
     name = "unavailable"
 
     def __init__(self, reason: str) -> None:
-        self.unavailable_reason = reason
+        self.unavailable_reason: str | None = reason
 
     def schedule(self, continuation_id: str, delay: float) -> None:
-        raise RuntimeError(self.unavailable_reason)
+        raise RuntimeError(self.unavailable_reason or "re-entry unavailable")
 
 
 class LocalScheduler:
@@ -62,6 +64,7 @@ class LocalScheduler:
     """
 
     name = "local"
+    unavailable_reason: str | None = None
 
     def __init__(
         self,
@@ -139,6 +142,7 @@ class FunctionComputeReentry:
     """
 
     name = "fc"
+    unavailable_reason: str | None = None
 
     def __init__(self, context: object, env: Mapping[str, str] | None = None) -> None:
         env = os.environ if env is None else env

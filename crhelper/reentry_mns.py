@@ -81,6 +81,7 @@ class MnsQueueReentry:
     """
 
     name = "mns"
+    unavailable_reason: str | None = None
 
     def __init__(
         self,

@@ -33,6 +33,28 @@ _log = get_logger("runtime")
 
 
 @dataclass(frozen=True)
+class Outcome:
+    """What happened to one event: the body sent (None when nothing was due or possible) and its delivery."""
+
+    body: dict[str, Any] | None
+    delivered: bool
+    error: str | None = None
+    #: The delivery failed for good (a final 4xx, an invalid URL): retrying cannot help.
+    final: bool = False
+    #: Nothing was sent because another process holds the request and may be alive, and no
+    #: follow-up could be left: a transport that can (a queue) should offer it again after this many s.
+    retry_after: float | None = None
+
+    @classmethod
+    def of(cls, reply: "Answer", report: "outbound.DeliveryReport") -> "Outcome":
+        """The outcome of sending `reply` (or of not sending it, when it has no body)."""
+        return cls(
+            reply.body, report.delivered, report.error if reply.body is not None else reply.error,
+            final=report.final, retry_after=reply.retry_after,
+        )
+
+
+@dataclass(frozen=True)
 class Answer:
     """The response body for one event and where it goes; body is None when no answer is possible."""
 
@@ -496,10 +518,11 @@ def failed_answer(event: Any, reason: str) -> Answer:
     return Answer(failed_body_from_raw(raw, reason), None, public, intranet)
 
 
-def send_failed(event: Any, reason: str, settings: Settings) -> tuple[Answer, outbound.DeliveryReport]:
-    """Answer FAILED without a provider (e.g. the provider module failed to import) and send it."""
+def send_failed(event: Any, reason: str, settings: Settings) -> Outcome:
+    """Answer FAILED without a provider (the provider failed to import, a misconfiguration, no
+    usable store) and send it; without a ResponseURL, log why nothing could be sent."""
     result = failed_answer(event, reason)
     if result.body is None:
         _log.error("request cannot be answered", extra={"fields": {"error": result.error, "reason": reason}})
-        return result, outbound.DeliveryReport(False, 0, error=result.error)
-    return result, send(result, settings)
+        return Outcome(None, False, result.error)
+    return Outcome.of(result, send(result, settings))

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
-import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from .config import Settings
 from .logs import get_logger
+from .paths import HOME_ENV, home
+from .registry import Registry
 from .runtime import (
     Services,
     function_timeout,
@@ -23,7 +24,6 @@ from .store.budget import store_deadline
 
 if TYPE_CHECKING:
     from .lifecycle import Lifecycle
-    from .provider import Provider
     from .reentry import LocalScheduler, Reentry
     from .store import Store
 
@@ -42,18 +42,23 @@ _log = get_logger("services")
 
 
 @functools.lru_cache(maxsize=16)
-def _default_url(home: str | None) -> str:
+def _default_url(state_home: str) -> str:
     """The per-user store URL; resolving the home directory touches the disk, so once per home."""
     from .store.url import default_url
 
-    return default_url({"CRHELPER_HOME": home} if home else {})
+    return default_url({HOME_ENV: state_home})
 
 
 class ProviderServices:
-    """Owned by one Provider; built lazily so that plain providers never import sqlite or SDKs early."""
+    """Owned by one Provider; built lazily so that plain providers never import sqlite or SDKs early.
 
-    def __init__(self, provider: "Provider") -> None:
-        self._provider = provider
+    Given what it needs (the handlers, the configured store, how to handle a re-entry payload), so
+    it never reaches back into the provider."""
+
+    def __init__(self, registry: Registry, store: "Store | str | None", handle: Callable[[bytes], Any]) -> None:
+        self._registry = registry
+        self._configured_store = store
+        self._handle = handle
         self._lock = threading.Lock()
         self._store: Store | None = None
         self._store_url: str | None = None
@@ -63,12 +68,12 @@ class ProviderServices:
 
     def _given_store(self) -> "Store | None":
         """A store object passed to Provider(store=...): used as is, and owned (closed) by the caller."""
-        explicit = self._provider._store
+        explicit = self._configured_store
         return None if explicit is None or isinstance(explicit, str) else explicit
 
     def _url(self, settings: Settings) -> tuple[str, bool]:
         """The store URL and whether it is the instance-private FC default."""
-        explicit = self._provider._store
+        explicit = self._configured_store
         if self._given_store() is not None:
             return GIVEN_STORE, False
         if isinstance(explicit, str):
@@ -77,7 +82,7 @@ class ProviderServices:
             return settings.store_url, False
         if settings.on_function_compute:
             return FC_INSTANCE_STORE, True
-        return _default_url(os.environ.get("CRHELPER_HOME")), False
+        return _default_url(str(home())), False
 
     def lifecycle(self, settings: Settings) -> "Lifecycle | None":
         url, _ = self._url(settings)
@@ -93,7 +98,7 @@ class ProviderServices:
                 self._store, self._store_url = store, url
                 lease = settings.step_lease or DEFAULT_LOCAL_STEP_LEASE
                 self._lifecycle = Lifecycle(
-                    self._provider.registry, store, default_type=settings.default_type,
+                    self._registry, store, default_type=settings.default_type,
                     step_lease=lease, record_ttl=settings.record_ttl,
                 )
             return self._lifecycle
@@ -138,7 +143,7 @@ class ProviderServices:
     def _resume_local(self, continuation_id: str, settings: Settings) -> None:
         from .reentry import continuation_payload
 
-        self._provider.handle(continuation_payload(continuation_id))
+        self._handle(continuation_payload(continuation_id))
 
     def _recover_local(self, settings: Settings) -> None:
         if self._scheduler is not None:
@@ -174,7 +179,7 @@ class ProviderServices:
         margin = guard_margin(max(0.0, deadline - started), settings.timeout_margin) if deadline is not None else 0.0
         if deadline is not None and deadline - time.monotonic() < 4 * margin:
             return 0  # too little time left to run a step and answer; a later invocation will
-        run = guarded_runner(self._provider.registry, settings, deadline, margin,
+        run = guarded_runner(self._registry, settings, deadline, margin,
                              prepare=lifecycle.prepare, on_abandoned=lifecycle.abandoned)
         reentry = reentry or self.reentry(settings, context, lifecycle)
         # A recovered step must not start when it could not finish and answer before this
@@ -198,7 +203,7 @@ class ProviderServices:
 
     def maybe_recover(self, settings: Settings, services: Services, context: Any, invoked: float) -> None:
         """On Function Compute, let any later invocation finish operations whose instance died."""
-        if services.lifecycle is None or getattr(services.reentry, "name", "") != "fc":
+        if services.lifecycle is None or services.reentry is None or services.reentry.name != "fc":
             return
         now = time.monotonic()
         if now - self._last_recovery < RECOVERY_INTERVAL:

@@ -76,6 +76,6 @@ def handler(event: Any, context: Any = None) -> str:
         from ..config import Settings
         from ..runtime import send_failed
 
-        result, _ = send_failed(event, _state["error"], Settings.from_env())
-        return json.dumps(result.body or {"Status": "FAILED", "Reason": _state["error"]})
+        outcome = send_failed(event, _state["error"], Settings.from_env())
+        return json.dumps(outcome.body or {"Status": "FAILED", "Reason": _state["error"]})
     return str(provider.fc_handler(event, context))

@@ -58,9 +58,12 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Mapping
 from urllib.parse import parse_qsl, quote, urlencode
 
+from ..config import ConfigError, Settings
 from ..logs import get_logger, redact_url, request_context
 from ..request import response_urls_of
 from ..response import encode, failed_body_from_raw
+from ..runtime import send_failed
+from .hosted import HostedProvider
 from .http_config import EndpointConfig
 from .signature import ReplayCache, SignatureError, verify
 
@@ -429,7 +432,7 @@ class HttpApp:
 
     def __init__(
         self,
-        provider: Any,
+        provider: HostedProvider,
         config: EndpointConfig,
         *,
         handle: Handle | None = None,
@@ -440,7 +443,7 @@ class HttpApp:
         self._handle: Handle = handle or provider.handle
         # With the provider's own handling, a request is stored before it is acknowledged, so one
         # waiting in the pool when the server is killed is run by recovery after a restart.
-        self._accept = getattr(provider, "accept", None) if handle is None else None
+        self._accept = provider.accept if handle is None else None
         self._respond: Respond = respond or (lambda event, within: provider.respond(event, within=within))
         self._pool = None if config.inline else _WorkerPool(config.workers, config.backlog)
         self._replays = (
@@ -539,11 +542,8 @@ class HttpApp:
         reason = f"invalid request: {refusal.field}: {refusal.rule}"
 
         def answer() -> None:
-            from ..config import ConfigError, Settings
-            from ..runtime import send_failed
-
             try:
-                settings = self._provider.settings() if hasattr(self._provider, "settings") else Settings()
+                settings = self._provider.settings()
             except ConfigError:
                 settings = Settings()
             send_failed(salvaged, reason, settings)
@@ -665,23 +665,16 @@ class HttpApp:
         return answered
 
 
-def abandon(provider: Any, event: Mapping[str, Any], reason: str) -> bool:
+def abandon(provider: HostedProvider, event: Mapping[str, Any], reason: str) -> bool:
     """Answer FAILED for a request whose handler cannot finish (interrupted, or the server stops),
     once: through the provider's `give_up` (recorded first, so nothing answers it again); a
     long-running operation is left to recovery. Returns whether a FAILED was sent."""
-    give_up = getattr(provider, "give_up", None)
-    if callable(give_up):
-        outcome = give_up(dict(event), reason)
-        return bool(outcome.body is not None and outcome.delivered)
-    from ..config import Settings
-    from ..runtime import send_failed
-
-    _, report = send_failed(dict(event), reason, Settings())
-    return bool(report.delivered)
+    outcome = provider.give_up(dict(event), reason)
+    return outcome.body is not None and outcome.delivered
 
 
 def wsgi_app(
-    provider: Any,
+    provider: HostedProvider,
     *,
     config: EndpointConfig | None = None,
     handle: Handle | None = None,

@@ -35,15 +35,18 @@ import enum
 import math
 import queue as queue_module
 import random
-import signal
 import threading
 import time
 from typing import Any, Callable, Literal, Union
 
+from ..cloud.credentials import Credentials
 from ..config import ConfigError
 from ..envelopes import BodyDecodeError, decode_body
 from ..logs import configure, get_logger
 from ..reentry import Reentry
+from ..runtime import Outcome
+from ..signals import stop_requested
+from .hosted import HostedProvider
 
 __all__ = [
     "QueueWorker",
@@ -123,13 +126,13 @@ def error_backoff(failures: int, base: float = 0.5, cap: float = 30.0,
     return rand(ceiling / 2.0, ceiling)
 
 
-def handle_message(provider: Any, request: dict[str, Any], reentry: Reentry | None) -> Any:
+def handle_message(provider: HostedProvider, request: dict[str, Any], reentry: Reentry | None) -> Outcome:
     """`provider.process(request)`, with long-running operations continued through `reentry`
     (a request that came through a queue continues through that queue). Returns an Outcome."""
     return provider.process(request, reentry=reentry)
 
 
-def recover_stalled(provider: Any, reentry: Reentry | None, limit: int = 5) -> int:
+def recover_stalled(provider: HostedProvider, reentry: Reentry | None, limit: int = 5) -> int:
     """Resume operations whose worker died mid-step (their step lease ran out); returns how many finished."""
     return int(provider.recover(reentry, limit))
 
@@ -172,7 +175,7 @@ class QueueWorker:
 
     def __init__(
         self,
-        provider: Any,
+        provider: HostedProvider,
         *,
         endpoint: str,
         queue: str,
@@ -205,7 +208,7 @@ class QueueWorker:
         self.extend_every = float(every)
         self.grace = grace
         self.recover_every = recover_every
-        self._credentials = (access_key_id, access_key_secret, security_token)
+        self._credentials = Credentials(access_key_id, access_key_secret, security_token)
         self._reentry_choice = reentry
         self._own_reentry: Reentry | None = None
         self._local = threading.local()
@@ -275,20 +278,14 @@ class QueueWorker:
 
     def run_forever(self) -> int:
         """Run until SIGTERM or SIGINT, then stop gracefully; returns the process exit code (0)."""
-        requested = threading.Event()
-        previous: dict[signal.Signals, Any] = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                previous[sig] = signal.signal(sig, lambda signum, frame: requested.set())
-        try:
-            self.start()
-            while not requested.wait(0.5):
-                pass
-            _log.info("stop requested: finishing in-flight messages", extra={"fields": {"grace": self.grace}})
-        finally:
-            self.stop()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        with stop_requested() as requested:
+            try:
+                self.start()
+                while not requested.wait(0.5):
+                    pass
+                _log.info("stop requested: finishing in-flight messages", extra={"fields": {"grace": self.grace}})
+            finally:
+                self.stop()
         return 0
 
     def __enter__(self) -> "QueueWorker":
@@ -312,8 +309,9 @@ class QueueWorker:
         if client is None:
             from mns.account import Account
 
-            key_id, key_secret, token = self._credentials
-            client = Account(self.endpoint, key_id, key_secret, token).get_queue(self.queue_name)
+            creds = self._credentials
+            client = Account(self.endpoint, creds.access_key_id, creds.access_key_secret,
+                             creds.security_token).get_queue(self.queue_name)
             client.set_encoding(False)
             self._local.queue = client
         return client
@@ -333,15 +331,15 @@ class QueueWorker:
         if reentry is None:
             from ..reentry_mns import MnsQueueReentry
 
-            key_id, key_secret, token = self._credentials
-            reentry = MnsQueueReentry(endpoint=self.endpoint, queue=self.queue_name, access_key_id=key_id,
-                                      access_key_secret=key_secret, security_token=token)
+            creds = self._credentials
+            reentry = MnsQueueReentry(endpoint=self.endpoint, queue=self.queue_name, access_key_id=creds.access_key_id,
+                                      access_key_secret=creds.access_key_secret, security_token=creds.security_token)
             self._own_reentry = reentry
         return reentry
 
     def _reentry_name(self) -> str:
         choice = self._reentry_choice
-        return choice if isinstance(choice, str) else getattr(choice, "name", type(choice).__name__)
+        return choice if isinstance(choice, str) else choice.name
 
     # ------------------------------------------------------------------ receiving
     def _wait_for_slot(self) -> int:
@@ -479,21 +477,20 @@ class QueueWorker:
                            extra={"fields": {**fields, "error": f"{type(exc).__name__}: {exc}"}}, exc_info=True)
                 self._finish(lease, Action.KEEP)
                 return
-            retry_after = getattr(outcome, "retry_after", None)
-            final = bool(getattr(outcome, "final", False))
-            action, reason = disposition(outcome.body, outcome.delivered, final=final, retry_after=retry_after)
+            action, reason = disposition(outcome.body, outcome.delivered, final=outcome.final,
+                                         retry_after=outcome.retry_after)
             if action is Action.DEFER:
                 _log.info(reason, extra={"fields": fields})
             elif outcome.body is None and outcome.error:
                 self._count("poison")
                 _log.error("message deleted: it cannot be answered",
                            extra={"fields": {**fields, "error": outcome.error}})
-            elif action is Action.DELETE and final and not outcome.delivered:
+            elif action is Action.DELETE and outcome.final and not outcome.delivered:
                 self._count("final")
                 _log.error(reason, extra={"fields": {**fields, "error": outcome.error}})
             elif action is Action.KEEP:
                 _log.warning(reason, extra={"fields": {**fields, "error": outcome.error}})
-            self._finish(lease, action, retry_after)
+            self._finish(lease, action, outcome.retry_after)
         except BaseException:  # noqa: BLE001 - a bug (even SystemExit from a handler) must not end this thread
             # Otherwise the lease stays registered, the keeper extends it forever and the message is never
             # handled again. Keep the message so that MNS redelivers it.

@@ -18,6 +18,7 @@ class CapturingReentry:
     """A re-entry strategy the test fires by hand, so redeliveries happen exactly when it says."""
 
     name = "capture"
+    unavailable_reason = None
 
     def __init__(self) -> None:
         self.scheduled: list[str] = []

@@ -113,6 +113,7 @@ class ModelReentry:
 
     name = "model-queue"
     unavailable_reason = None
+    unavailable_reason = None
 
     def __init__(self, machine: "LifecycleModel", proc: "Proc") -> None:
         self._machine = machine

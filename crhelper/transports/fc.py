@@ -1,33 +1,26 @@
-"""One Function Compute invocation, whatever it carries: a direct request, a re-entry, a time
-trigger, or MNS topic and queue trigger envelopes (one message or a batch).
+"""The Function Compute transport: one invocation, whatever it carries: a direct request, a
+re-entry, a time trigger, or MNS topic and queue trigger envelopes (one message or a batch).
 
-Both the provider's own entry and the lazy entry that failed to import the provider go through
+Both `Provider.fc_handler` and the lazy entry that failed to import the provider go through
 `answer_invocation`, so every envelope is unwrapped and answered the same way in every mode.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from typing import Any, Callable
+import time
+from typing import TYPE_CHECKING, Any, Callable
 
-from .logs import get_logger
+from ..logs import get_logger
+from ..runtime import Outcome
 
-_log = get_logger("invocation")
+if TYPE_CHECKING:
+    from .hosted import HostedProvider
 
+_log = get_logger("fc")
 
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    """What happened to one event: the body sent (None when nothing was due or possible) and its delivery."""
-
-    body: dict[str, Any] | None
-    delivered: bool
-    error: str | None = None
-    #: The delivery failed for good (a final 4xx, an invalid URL): retrying cannot help.
-    final: bool = False
-    #: Nothing was sent because another process holds the request and may be alive, and no
-    #: follow-up could be left: a transport that can (a queue) should offer it again after this many s.
-    retry_after: float | None = None
+#: Operations one timer invocation resumes at most.
+RECOVERY_BATCH = 20
 
 
 def is_timer_event(body: object) -> bool:
@@ -50,7 +43,7 @@ def answer_invocation(
     recover: Callable[[], int] | None = None,
 ) -> str:
     """Unwrap the event, answer each request in it with `process_one`, and return the JSON summary."""
-    from .envelopes import SOURCE_DIRECT, SOURCE_UNKNOWN, unwrap_event
+    from ..envelopes import SOURCE_DIRECT, SOURCE_UNKNOWN, unwrap_event
 
     envelopes = unwrap_event(event)
     if len(envelopes) == 1 and is_timer_event(envelopes[0].body):
@@ -73,3 +66,15 @@ def answer_invocation(
             continue
         messages.append({"MessageId": envelope.message_id, **summary(process_one(envelope.body))})
     return json.dumps({"Messages": messages})
+
+
+def handle_invocation(provider: "HostedProvider", event: Any, context: object | None = None,
+                      started: float | None = None) -> str:
+    """`Provider.fc_handler`: each request in the invocation through `provider.process`, the time
+    trigger through `provider.recover`, all under the invocation's clock (`started`, monotonic)."""
+    invoked = time.monotonic() if started is None else started
+    return answer_invocation(
+        event,
+        lambda body: provider.process(body, context, started=invoked),
+        lambda: provider.recover(limit=RECOVERY_BATCH, context=context, started=invoked),
+    )
