@@ -1,22 +1,40 @@
-"""Settings from the environment, read when a request is handled (not at import), so tests and FC agree."""
+"""Settings from the environment, read when a request is handled (not at import), so tests and FC agree.
+
+The `env_*` parsers are the one way every module (framework, local endpoints, providers) reads a
+variable: an unset or empty variable means the default; anything else follows the rule or raises
+a ConfigError "<NAME>: <rule>, got <value>".
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import math
 import os
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, overload
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
 
 
 class ConfigError(ValueError):
     """A setting has a value we cannot use; the message names the variable and the rule."""
 
 
-def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+# Values are shown with repr (control characters escaped), so a log line or a FAILED Reason stays
+# one line. Secrets go through env_base64, which never echoes what it read.
+
+
+def _raw(env: Mapping[str, str], name: str) -> str | None:
     raw = env.get(name)
-    if raw is None or raw == "":
+    return None if raw is None or raw == "" else raw
+
+
+def env_bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    """true/false, yes/no, on/off, 1/0 in any case."""
+    raw = _raw(env, name)
+    if raw is None:
         return default
     value = raw.strip().lower()
     if value in _TRUE:
@@ -26,25 +44,84 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raise ConfigError(f"{name}: expected true or false, got {raw!r}")
 
 
-def _float(env: Mapping[str, str], name: str, default: float | None, minimum: float = 0.0) -> float | None:
-    raw = env.get(name)
-    if raw is None or raw == "":
+@overload
+def env_float(env: Mapping[str, str], name: str, default: float, minimum: float = ...,
+              maximum: float | None = ...) -> float: ...
+@overload
+def env_float(env: Mapping[str, str], name: str, default: None, minimum: float = ...,
+              maximum: float | None = ...) -> float | None: ...
+def env_float(env: Mapping[str, str], name: str, default: float | None, minimum: float = 0.0,
+              maximum: float | None = None) -> float | None:
+    """A finite number (of seconds, usually) between `minimum` and `maximum`."""
+    raw = _raw(env, name)
+    if raw is None:
         return default
     try:
         value = float(raw)
     except ValueError:
         raise ConfigError(f"{name}: expected a number of seconds, got {raw!r}") from None
+    if not math.isfinite(value):
+        raise ConfigError(f"{name}: expected a finite number, got {raw!r}")
     if value < minimum:
         raise ConfigError(f"{name}: must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name}: must be at most {maximum}, got {value}")
     return value
 
 
-def _choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str, ...]) -> str:
-    value = (env.get(name) or default).strip()
+def env_int(env: Mapping[str, str], name: str, default: int, minimum: int | None = None,
+            maximum: int | None = None) -> int:
+    """A whole number in decimal digits, optionally signed, between `minimum` and `maximum`."""
+    raw = _raw(env, name)
+    if raw is None:
+        return default
+    text = raw.strip()
+    unsigned = text[1:] if text[:1] in ("+", "-") else text
+    if not (unsigned.isascii() and unsigned.isdigit()):
+        raise ConfigError(f"{name}: expected a whole number, got {raw!r}")
+    value = int(text)
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{name}: must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name}: must be at most {maximum}, got {value}")
+    return value
+
+
+def env_port(env: Mapping[str, str], name: str, default: int, *, allow_any: bool = False) -> int:
+    """A TCP port 1-65535; with `allow_any`, 0 too (the system picks a free one)."""
+    lowest = 0 if allow_any else 1
+    raw = _raw(env, name)
+    if raw is None:
+        return default
+    text = raw.strip()
+    if not (text.isascii() and text.isdigit()) or not lowest <= int(text) <= 65535:
+        raise ConfigError(f"{name}: must be a port number {lowest}-65535, got {raw!r}")
+    return int(text)
+
+
+def env_choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str, ...]) -> str:
+    """One of `choices`, case-insensitive (normalised to the case the choices are written in)."""
+    value = (_raw(env, name) or default).strip()
     normalised = value.upper() if choices[0].isupper() else value.lower()
     if normalised not in choices:
         raise ConfigError(f"{name}: must be one of {', '.join(choices)}, got {value!r}")
     return normalised
+
+
+def env_base64(env: Mapping[str, str], name: str, length: int | None = None) -> bytes | None:
+    """Base64 bytes (a key), of exactly `length` bytes when given; None when unset.
+    The error never shows the value: a key that is nearly right is still a key."""
+    raw = _raw(env, name)
+    if raw is None:
+        return None
+    rule = f"must be Base64 of {length} bytes" if length is not None else "must be Base64"
+    try:
+        value = base64.b64decode(raw.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        raise ConfigError(f"{name}: {rule}, got something that is not Base64") from None
+    if length is not None and len(value) != length:
+        raise ConfigError(f"{name}: {rule}, got {len(value)} bytes")
+    return value
 
 
 @dataclass(frozen=True)
@@ -83,26 +160,25 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
         env = os.environ if env is None else env
         hosts = tuple(h.strip().lower() for h in (env.get("CRHELPER_RESPONSE_HOSTS") or "").split(",") if h.strip())
-        attempts = _float(env, "CRHELPER_RESPONSE_ATTEMPTS", 6, minimum=1)
         delivery = DeliverySettings(
-            method=_choice(env, "CRHELPER_RESPONSE_METHOD", "POST", ("POST", "PUT")),
-            url_mode=_choice(env, "CRHELPER_RESPONSE_URL", "auto", ("auto", "public", "intranet")),
-            connect_timeout=_float(env, "CRHELPER_CONNECT_TIMEOUT", 5.0, minimum=0.1) or 5.0,
-            read_timeout=_float(env, "CRHELPER_READ_TIMEOUT", 15.0, minimum=0.1) or 15.0,
-            max_attempts=int(attempts or 6),
-            backoff_base=_float(env, "CRHELPER_BACKOFF_BASE", 0.5) or 0.0,
-            backoff_cap=_float(env, "CRHELPER_BACKOFF_CAP", 8.0) or 0.0,
+            method=env_choice(env, "CRHELPER_RESPONSE_METHOD", "POST", ("POST", "PUT")),
+            url_mode=env_choice(env, "CRHELPER_RESPONSE_URL", "auto", ("auto", "public", "intranet")),
+            connect_timeout=env_float(env, "CRHELPER_CONNECT_TIMEOUT", 5.0, minimum=0.1),
+            read_timeout=env_float(env, "CRHELPER_READ_TIMEOUT", 15.0, minimum=0.1),
+            max_attempts=int(env_float(env, "CRHELPER_RESPONSE_ATTEMPTS", 6, minimum=1)),
+            backoff_base=env_float(env, "CRHELPER_BACKOFF_BASE", 0.5),
+            backoff_cap=env_float(env, "CRHELPER_BACKOFF_CAP", 8.0),
             allowed_hosts=hosts,
             ca_bundle=env.get("CRHELPER_CA_BUNDLE") or None,
-            verify_tls=_bool(env, "CRHELPER_TLS_VERIFY", True),
+            verify_tls=env_bool(env, "CRHELPER_TLS_VERIFY", True),
         )
         return cls(
             delivery=delivery,
             default_type=env.get("CRHELPER_DEFAULT_TYPE") or None,
-            timeout_margin=_float(env, "CRHELPER_TIMEOUT_MARGIN", None),
+            timeout_margin=env_float(env, "CRHELPER_TIMEOUT_MARGIN", None),
             on_function_compute=bool(env.get("FC_FUNCTION_NAME") or env.get("FC_FUNC_CODE_PATH")),
             store_url=env.get("CRHELPER_STORE") or None,
-            step_lease=_float(env, "CRHELPER_STEP_LEASE", None, minimum=0.1),
-            record_ttl=_float(env, "CRHELPER_RECORD_TTL", 86_400.0, minimum=1.0) or 86_400.0,
-            reentry=_choice(env, "CRHELPER_REENTRY", "auto", ("auto", "local", "fc", "mns", "none")),
+            step_lease=env_float(env, "CRHELPER_STEP_LEASE", None, minimum=0.1),
+            record_ttl=env_float(env, "CRHELPER_RECORD_TTL", 86_400.0, minimum=1.0),
+            reentry=env_choice(env, "CRHELPER_REENTRY", "auto", ("auto", "local", "fc", "mns", "none")),
         )

@@ -34,3 +34,7 @@ INTRANET_URL_FIELDS = ("IntranetResponseURL", "InnerResponseURL")
 #: Deeper input is refused with an error naming the field, before anything walks it recursively
 #: (json, pydantic, deepcopy all recurse; Python's limit is about 1,000 frames).
 MAX_NESTING_DEPTH = 100
+
+#: ROS's longest resource Timeout (12 h): the bound of a custom resource's Timeout and of a long
+#: operation's deadline.
+MAX_ROS_TIMEOUT = 43_200.0

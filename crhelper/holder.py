@@ -23,17 +23,35 @@ def _read(path: str) -> str:
         return ""
 
 
-def _stat_fields(pid: int) -> list[str]:
+def stat_fields(pid: int) -> list[str]:
     """/proc/<pid>/stat from field 3 on (state, ppid, ...); [] where unknown."""
     stat = _read(f"/proc/{pid}/stat")
     # The command name (field 2) is in parentheses and may contain spaces: split after the last ')'.
     return stat.rpartition(")")[2].split() if stat else []
 
 
-def _start_ticks(pid: int) -> str:
+def start_ticks(pid: int) -> str:
     """Field 22 of /proc/<pid>/stat (start time in clock ticks since boot); "" where unknown."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return fields[19] if len(fields) > 19 else ""
+
+
+def process_alive(pid: int, ticks: str = "") -> bool:
+    """Whether `pid` runs (a zombie counts as gone) and, given `ticks` (its start time), is still that process."""
+    fields_ = stat_fields(pid)
+    if fields_:
+        if fields_[0] in ("Z", "X"):
+            return False
+        return not ticks or len(fields_) < 20 or fields_[19] == ticks
+    if os.path.isdir("/proc/self"):
+        return False
+    try:  # no /proc: signal 0 tells whether it exists
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _machine() -> str:
@@ -50,7 +68,7 @@ def current() -> str:
     global _cached
     pid = os.getpid()
     if _cached is None or _cached[0] != pid:
-        _cached = (pid, f"{_machine()}|{pid}|{_start_ticks(pid)}")
+        _cached = (pid, f"{_machine()}|{pid}|{start_ticks(pid)}")
     return _cached[1]
 
 
@@ -64,9 +82,9 @@ def is_dead(identity: str) -> bool:
         return False  # another machine or namespace: only its lease can tell
     pid = int(pid_text)
     if pid == os.getpid():
-        return rest != _start_ticks(pid)
+        return rest != start_ticks(pid)
     if os.path.isdir("/proc/self"):
-        fields = _stat_fields(pid)
+        fields = stat_fields(pid)
         if not fields or fields[0] in ("Z", "X"):
             return True  # gone, or a zombie its parent has not reaped yet
         started = fields[19] if len(fields) > 19 else ""

@@ -23,7 +23,8 @@ from email.utils import parsedate_to_datetime
 from typing import Any, Iterable, Mapping
 from urllib.parse import urlsplit
 
-from .transports.signature import ReplayCache
+from .cloud.signing.replay import ReplayCache
+from .cloud.signing.mns import string_to_sign as build_string_to_sign  # shared by request and push signing
 
 __all__ = [
     "DEFAULT_CERT_HOSTS",
@@ -65,20 +66,6 @@ class PushVerdict:
     subscription_name: str | None
     #: What the replay cache remembers for this push (certificate URL, signature bytes in hex).
     replay_key: tuple[str, ...] = ()
-
-
-def build_string_to_sign(
-    method: str, resource: str, headers: Mapping[str, str], content_type: str | None = None
-) -> str:
-    """The MNS string-to-sign: METHOD, Content-MD5, Content-Type, Date, sorted x-mns-* headers, resource.
-
-    Shared by request signing (HMAC-SHA1) and push signing (RSA-SHA1). Header values
-    are used exactly as received; Content-MD5 is never recomputed.
-    """
-    lower = {str(k).lower(): str(v) for k, v in headers.items()}
-    ctype = lower.get("content-type", "") if content_type is None else content_type
-    mns = "".join(f"{name}:{lower[name].strip()}\n" for name in sorted(lower) if name.startswith("x-mns-"))
-    return f"{method.upper()}\n{lower.get('content-md5', '')}\n{ctype}\n{lower.get('date', '')}\n{mns}{resource}"
 
 
 class CertificateFetcher:

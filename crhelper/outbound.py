@@ -1,6 +1,9 @@
 """All outbound HTTP for responses: URL choice, allowlist, TLS, timeouts, bounded retries.
 
 Stdlib http.client only: this runs on every cold start, and `requests` alone costs ~100 ms of import.
+Timeouts, budgets, back-off and which answers are retried are the shared outbound policy
+(`crhelper.cloud.http.OutboundPolicy`, built from `DeliverySettings` by `delivery_policy`); what is
+particular to responses (two URLs, the allowlist, a watchdog per socket) stays here.
 """
 
 from __future__ import annotations
@@ -15,11 +18,14 @@ import threading
 import time
 from dataclasses import dataclass
 from email.utils import formatdate
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 from urllib.parse import quote, urlsplit
 
 from .config import DeliverySettings
 from .logs import get_logger, redact_url
+
+if TYPE_CHECKING:
+    from .cloud.http import OutboundPolicy
 
 USER_AGENT = "ros-crhelper/0.1"
 _log = get_logger("outbound")
@@ -242,14 +248,29 @@ class _Watchdog:
             timer.cancel()
 
 
+@functools.lru_cache(maxsize=16)
+def delivery_policy(settings: DeliverySettings) -> "OutboundPolicy":
+    """The outbound policy these delivery settings describe."""
+    # Deferred, like every cloud/ module: `import crhelper` must load none of them.
+    from .cloud.http import OutboundPolicy
+
+    return OutboundPolicy(
+        connect_timeout=settings.connect_timeout,
+        read_timeout=settings.read_timeout,
+        max_attempts=settings.max_attempts,
+        backoff_base=settings.backoff_base,
+        backoff_cap=settings.backoff_cap,
+    )
+
+
 def attempt_budget(settings: DeliverySettings) -> float:
     """The longest one attempt may take, connect to the last byte read: a slow peer cannot stretch it."""
-    return settings.connect_timeout + settings.read_timeout
+    return delivery_policy(settings).attempt_budget
 
 
 def delivery_budget(settings: DeliverySettings) -> float:
     """The longest a whole delivery may take when the caller gives no deadline."""
-    return settings.max_attempts * attempt_budget(settings) + max(0, settings.max_attempts - 1) * settings.backoff_cap
+    return delivery_policy(settings).total_budget
 
 
 def _attempt(url: str, body: bytes, settings: DeliverySettings, timeout: float) -> int:
@@ -319,15 +340,16 @@ def _attempt(url: str, body: bytes, settings: DeliverySettings, timeout: float) 
     if 200 <= status < 300:
         return status
     detail = f"HTTP {status}: {' '.join(reply_text.split())[:200]}"
-    if status == 429 or status >= 500:
-        retry_after = reply.getheader("Retry-After")
-        raise _Retryable(detail, retry_after=float(retry_after) if retry_after and retry_after.isdigit() else None)
-    raise _Final(detail)
+    policy = delivery_policy(settings)
+    if policy.retryable_status(status):
+        raise _Retryable(detail, retry_after=policy.retry_after(reply.getheader("Retry-After")))
+    refused = policy.refused_redirect(status, reply.getheader("Location"), url)
+    raise _Final(f"{refused}: {' '.join(reply_text.split())[:200]}" if refused else detail)
 
 
 def backoff_delay(attempt: int, settings: DeliverySettings, rand: Callable[[float, float], float] = random.uniform) -> float:
     """Exponential back-off with full jitter; attempt counts from 1."""
-    return rand(0.0, min(settings.backoff_cap, settings.backoff_base * (2 ** (attempt - 1))))
+    return delivery_policy(settings).backoff(attempt, rand)
 
 
 def deliver(
@@ -387,16 +409,17 @@ def _deliver(
     if not urls:
         return DeliveryReport(False, 0, error="; ".join(dropped), final=True)
     limit = "the deadline" if has_deadline else "the delivery's time budget"
-    index, attempts, last_error = 0, 0, "not attempted"
-    while attempts < settings.max_attempts:
+    schedule = delivery_policy(settings).schedule(ends=ends, margin=_DEADLINE_MARGIN, sleep=sleep)
+    index, last_error = 0, "not attempted"
+    while not schedule.exhausted:
         kind, url = urls[index]
-        remaining = ends - _DEADLINE_MARGIN - time.monotonic()
-        if remaining <= 0:
+        budget = schedule.begin()
+        if budget <= 0:
             last_error = f"gave up: no time left before {limit} ({last_error})"
             break
-        attempts += 1
+        attempts = schedule.attempts
         try:
-            status = _attempt(url, body, settings, min(attempt_budget(settings), remaining))
+            status = _attempt(url, body, settings, budget)
         except _BadUrl as exc:  # this URL cannot work; the other one still may
             last_error = str(exc)
             dropped.append(last_error)
@@ -415,17 +438,15 @@ def _deliver(
             _log.warning("response attempt failed", extra={"fields": {"url": redact_url(url), "attempt": attempts, "error": last_error}})
             if exc.connection and len(urls) > 1:
                 index = (index + 1) % len(urls)  # the other network may reach ROS when this one cannot
-            if attempts >= settings.max_attempts:
+            if schedule.exhausted:
                 break
-            delay = min(exc.retry_after if exc.retry_after is not None else backoff_delay(attempts, settings), settings.backoff_cap)
-            if time.monotonic() + delay + _DEADLINE_MARGIN >= ends:
+            if not schedule.wait_for_retry(exc.retry_after):
                 last_error = f"gave up: the next attempt would start after {limit} ({last_error})"
                 break
-            sleep(delay)
             continue
         _log.info("response delivered", extra={"fields": {"url": redact_url(url), "attempt": attempts, "status": status, "via": kind}})
         return DeliveryReport(True, attempts, status=status, url_kind=kind)
     if dropped:
         last_error = f"{last_error}; {'; '.join(dropped)}"
-    _log.error("response not delivered", extra={"fields": {"attempts": attempts, "error": last_error}})
-    return DeliveryReport(False, attempts, error=last_error)
+    _log.error("response not delivered", extra={"fields": {"attempts": schedule.attempts, "error": last_error}})
+    return DeliveryReport(False, schedule.attempts, error=last_error)

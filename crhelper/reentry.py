@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Protocol
 
+from .cloud.credentials import resolve as resolve_credentials
 from .logs import get_logger
 
 #: The only key of a re-entry payload.
@@ -148,27 +149,26 @@ class FunctionComputeReentry:
         env = os.environ if env is None else env
         function = getattr(context, "function", None)
         service = getattr(context, "service", None)
-        credentials = getattr(context, "credentials", None)
         self.function_name = getattr(function, "name", None) or env.get("FC_FUNCTION_NAME")
         self.service_name = getattr(service, "name", None) or env.get("FC_SERVICE_NAME")
         self.qualifier = getattr(service, "qualifier", None) or env.get("FC_QUALIFIER") or None
         region = getattr(context, "region", None) or env.get("FC_REGION") or ""
         account = getattr(context, "account_id", None) or env.get("FC_ACCOUNT_ID") or ""
         self.endpoint = env.get("CRHELPER_FC_ENDPOINT") or f"https://{account}.{region}-internal.fc.aliyuncs.com"
-        self._key_id = getattr(credentials, "access_key_id", None) or env.get("ALIBABA_CLOUD_ACCESS_KEY_ID", "")
-        self._key_secret = getattr(credentials, "access_key_secret", None) or env.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "")
-        self._token = getattr(credentials, "security_token", None) or env.get("ALIBABA_CLOUD_SECURITY_TOKEN", "")
+        self._credentials = resolve_credentials(context, env)
         missing = [n for n, v in (("function name", self.function_name), ("service name", self.service_name),
-                                  ("access key", self._key_id)) if not v]
+                                  ("access key", self._credentials)) if not v]
         if missing:
             raise RuntimeError(f"cannot re-invoke on Function Compute: no {', '.join(missing)} in the context or environment")
 
     def schedule(self, continuation_id: str, delay: float) -> None:
         import fc2  # lazy: only long-running operations on FC pay for the SDK
 
+        credentials = self._credentials
+        assert credentials is not None  # checked at construction
         client = fc2.Client(
-            endpoint=self.endpoint, accessKeyID=self._key_id, accessKeySecret=self._key_secret,
-            securityToken=self._token or "", Timeout=10,
+            endpoint=self.endpoint, accessKeyID=credentials.access_key_id, accessKeySecret=credentials.access_key_secret,
+            securityToken=credentials.security_token, Timeout=10,
         )
         seconds = max(0, min(MAX_FC_DELAY, math.ceil(delay)))
         client.invoke_function(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .constants import CREATE, DELETE, GENERIC_TYPE, REQUEST_TYPES, UPDATE
+from .constants import CREATE, DELETE, GENERIC_TYPE, MAX_ROS_TIMEOUT, REQUEST_TYPES, UPDATE
 from .properties import HandlerShape, handler_shape
 
 Handler = Callable[..., Any]
@@ -30,6 +30,20 @@ class UnknownType(LookupError):
 
 #: Default overall deadline of one long-running operation; keep it below the template's Timeout.
 DEFAULT_DEADLINE = 1800.0
+#: The longest deadline a type may have: ROS's longest resource Timeout.
+MAX_DEADLINE = MAX_ROS_TIMEOUT
+
+
+def deadline_problem(resource_type: str, seconds: object) -> str | None:
+    """Why `seconds` cannot be `resource_type`'s deadline, or None (pure: the rule in one place)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds != seconds:
+        return f"{resource_type}: the deadline must be a number of seconds, got {seconds!r}"
+    if seconds < 1:
+        return f"{resource_type}: a deadline of {seconds:g} s is too short; it must be at least 1 s"
+    if seconds > MAX_DEADLINE:
+        return (f"{resource_type}: a deadline of {seconds:,.0f} s is above {MAX_DEADLINE:,.0f} s, ROS's longest "
+                "Timeout; a longer operation would be failed by ROS first: split it or shorten its plan")
+    return None
 
 
 @dataclass(frozen=True)
@@ -50,8 +64,9 @@ class Registry:
     def set_options(self, resource_type: str, **changes: Any) -> None:
         current = self._options.get(resource_type, TypeOptions())
         deadline = changes.get("deadline", current.deadline)
-        if not isinstance(deadline, (int, float)) or not 1 <= deadline <= 43_200:
-            raise ValueError(f"deadline must be 1 to 43200 seconds (ROS's longest Timeout), got {deadline!r}")
+        problem = deadline_problem(resource_type, deadline)
+        if problem:
+            raise ValueError(problem)
         self._options[resource_type] = TypeOptions(float(deadline), changes.get("on_timeout", current.on_timeout))
 
     def options(self, resource_type: str) -> TypeOptions:

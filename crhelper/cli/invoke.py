@@ -1,4 +1,7 @@
-"""`crhelper invoke`: run one request locally and show the response exactly as it would be sent."""
+"""`crhelper invoke`: run one request locally and show the response exactly as it would be sent.
+
+The parser is `crhelper.cli.parsers.invoke`.
+"""
 
 from __future__ import annotations
 
@@ -8,40 +11,14 @@ import logging
 import os
 import sys
 import threading
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..constants import SUCCESS
-from .loading import provider_from_spec
+from ..local.response_server import ResponseServer
+from . import provider_spec
 
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "invoke",
-        help="run one request against a provider, with a built-in ResponseURL server",
-        description=(
-            "Load the provider, send it the request from --event (its ResponseURLs are replaced by a local\n"
-            "capturing server), and print the response body exactly as the provider sent it.\n"
-            "The exit code is 0 for SUCCESS, 1 for FAILED, 2 when nothing valid was answered.\n\n"
-            "With --timeout, a handler still running shortly before the timeout is answered FAILED\n"
-            "\"timed out\" and the command exits right after that answer, without waiting for the handler.\n"
-            "Each run has a private idempotency store, so the handler runs every time; set CRHELPER_STORE to\n"
-            "share one between runs (a repeated RequestId is then a duplicate)."
-        ),
-        epilog=(
-            "examples:\n"
-            "  crhelper invoke samples/greeting.py:provider --event samples/events/create.json\n"
-            "  crhelper invoke samples/greeting.py:provider --event samples/events/create.json --timeout 3"
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("provider", help="the provider: package.module:provider or path/to/file.py:provider")
-    parser.add_argument("--event", required=True, type=Path, help="a ROS request as JSON (see samples/events/)")
-    parser.add_argument("--timeout", type=float, default=None, help="act as a Function Compute function with this timeout (s)")
-    parser.add_argument("--fail-first", type=int, default=0, metavar="N", help="the ResponseURL answers 500 to the first N attempts")
-    parser.add_argument("--check", action="store_true", help="also print ROS protocol violations found in the response")
-    parser.set_defaults(func=run_and_exit)
-
+if TYPE_CHECKING:
+    from ..provider import Provider
 
 #: The store of one invoke run when CRHELPER_STORE is not set.
 PRIVATE_STORE = "sqlite://:memory:"
@@ -82,14 +59,12 @@ def run_and_exit(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..local.response_server import ResponseServer
-
     try:
         event: Any = json.loads(args.event.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         print(f"crhelper invoke: cannot read --event {args.event}: {exc}", file=sys.stderr)
         return 2
-    provider = provider_from_spec(args.provider)
+    provider = provider_spec.load(args.provider)
     # Each invoke runs the handler: a private store, unless CRHELPER_STORE asks to share one (then a
     # repeated request is a duplicate, answered from the store only if its first answer was lost).
     private = not os.environ.get("CRHELPER_STORE")
@@ -100,14 +75,10 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if private:
             os.environ.pop("CRHELPER_STORE", None)
-            close = getattr(provider, "close", None)
-            if callable(close):
-                close()
+            provider.close()
 
 
-def _invoke(args: argparse.Namespace, provider: Any, event: Any) -> int:
-    from ..local.response_server import ResponseServer
-
+def _invoke(args: argparse.Namespace, provider: "Provider", event: Any) -> int:
     with ResponseServer() as server:
         if isinstance(event, dict):
             server.attach(event, fail_first=args.fail_first)
@@ -119,10 +90,7 @@ def _invoke(args: argparse.Namespace, provider: Any, event: Any) -> int:
         capture = accepted[0]
         sys.stdout.write(capture.raw.decode("utf-8") + "\n")
         attempts = len(server.captures)
-        print(
-            f"crhelper invoke: {capture.method} {len(capture.raw)} bytes after {attempts} attempt(s)",
-            file=sys.stderr,
-        )
+        print(f"crhelper invoke: {capture.method} {len(capture.raw)} bytes after {attempts} attempt(s)", file=sys.stderr)
         if args.check or server.violations:
             for problem in server.violations:
                 print(f"violation: {problem}", file=sys.stderr)

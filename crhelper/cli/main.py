@@ -1,23 +1,24 @@
-"""`crhelper`: one command, a subcommand per job. `crhelper <command> --help` explains each."""
+"""`crhelper`: one command, a subcommand per job. `crhelper <command> --help` explains each.
+
+The subcommands come from the `crhelper.commands` entry points (and the built-in table for a
+source checkout, `crhelper.manifest`): each names a parser module that imports the standard
+library only, so building the whole parser stays fast; a command's body is imported when it runs.
+A command that cannot be loaded is warned about on stderr and left out; the others still work.
+"""
 
 from __future__ import annotations
 
 import argparse
-import importlib
+import os
 import sys
 from typing import Sequence
 
 from .. import __version__
+from ..manifest import BUILTIN_COMMANDS, COMMANDS_GROUP, entry_point_targets, load_target
 
-#: Modules that add a top-level command through `register(subparsers)`; optional extras may be missing.
-COMMAND_MODULES = (
-    "crhelper.cli.invoke",
-    "crhelper.cli.serve",
-    "crhelper.cli.worker",
-    "crhelper.cli.stack",
-    "crhelper.contract.cli",
-    "handlers.routes.cli",
-)
+
+def _warn(message: str) -> None:
+    print(f"crhelper: warning: {message}", file=sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,9 +29,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"crhelper {__version__}")
     subparsers = parser.add_subparsers(title="commands", metavar="<command>")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(subparsers)
+    for name, target in entry_point_targets(COMMANDS_GROUP, BUILTIN_COMMANDS, _warn).items():
+        try:
+            load_target(target)(subparsers)
+        except Exception as exc:  # noqa: BLE001 - one broken plug-in must not take the whole command line down
+            _warn(f"command {name} ({target}) skipped: {type(exc).__name__}: {exc}")
     return parser
+
+
+def _explain(exc: Exception) -> int | None:
+    """Exit code 2 with a message (and its next step) for the errors a user can fix; None for the rest."""
+    from ..config import ConfigError  # only on the way out: the parser imports nothing of crhelper's core
+    from ..loading import ProviderSpecError
+
+    if isinstance(exc, ProviderSpecError):
+        print(f"crhelper: {exc.problem}\n  next: {exc.next_step}", file=sys.stderr)
+        return 2
+    if isinstance(exc, (ConfigError, ImportError, FileNotFoundError)):
+        print(f"crhelper: {exc}", file=sys.stderr)
+        return 2
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -44,18 +62,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `crhelper stack events ... | head`: the reader left, nothing is wrong
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as exc:  # user-facing: say what went wrong and what to do, no traceback
-        from ..config import ConfigError
-        from ..fc import ProviderSpecError
-
-        if isinstance(exc, (ConfigError, ProviderSpecError, ImportError, FileNotFoundError)):
-            print(f"crhelper: {exc}", file=sys.stderr)
-            return 2
-        raise
+        code = _explain(exc)
+        if code is None:
+            raise
+        return code
 
 
 if __name__ == "__main__":

@@ -1,101 +1,45 @@
 """`crhelper serve`: run a provider as an HTTP endpoint for `web:` ServiceTokens on waitress.
 
-`BackgroundServer` runs the same thing in a thread, for tests and the local emulator.
+`BackgroundServer` runs the same thing in a thread, for tests and the local emulator. The parser
+(and the command's defaults) is `crhelper.cli.parsers.serve`.
 """
 
 from __future__ import annotations
 
 import argparse
-import signal
+import os
 import sys
 import threading
+import time
 from types import FrameType
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from ..fc import ProviderSpecError
+from waitress.server import create_server
+
+from ..loading import ProviderSpecError
+from ..logs import configure, get_logger
+from ..signals import on_signals
 from ..transports.http import HttpApp, wsgi_app
-from ..transports.http_config import (
-    DEFAULT_MAX_BODY,
-    DEFAULT_SYNC_WITHIN,
-    ENV_BASIC_AUTH,
-    ENV_BEARER_TOKEN,
-    ENV_SIGN_KEY,
-    EndpointConfig,
-    EndpointConfigError,
-)
-from ..transports.signature import DEFAULT_MAX_SKEW, SignatureVariant
-from .loading import provider_from_spec
-
-#: Seconds running handlers may still take after SIGTERM (ROS waits much longer; orchestrators kill at ~30).
-DEFAULT_GRACE = 20.0
-#: waitress accepts 100 connections by default; 110 idle clients then starve every real request.
-#: The poll() loop (not select()) is used, so this may exceed 1,024 descriptors.
-DEFAULT_CONNECTION_LIMIT = 1000
-#: waitress keeps an idle or half-sent connection 120 s by default; ROS sends a whole request at once.
-DEFAULT_CHANNEL_TIMEOUT = 30.0
-DEFAULT_CLEANUP_INTERVAL = 5.0
-
-DESCRIPTION = (
-    "Serve a provider over HTTP for ROS `web:` ServiceTokens. Requests to a path ending in /sync are "
-    "answered in-band (web[sync]: tokens, FAILED after --sync-within seconds); all others are acknowledged "
-    "at once and handled by a bounded worker pool that answers the request's ResponseURL (web: tokens). "
-    f"Secrets come from the environment: {ENV_SIGN_KEY} (HttpConfig.SignKey; enables signature checks), "
-    f"{ENV_BEARER_TOKEN} (require 'Authorization: Bearer <token>'), {ENV_BASIC_AUTH} (user:password). "
-    f"With {ENV_SIGN_KEY}, --public-url is required (signatures cover the ServiceToken URL; the Host header "
-    "can be spoofed). SIGTERM/SIGINT stop accepting, give running handlers --grace seconds, answer FAILED for "
-    "async requests still running, and exit 0. At start, operations a killed predecessor left in the state "
-    "store (CRHELPER_STORE) are resumed at once."
-)
-EPILOG = (
-    "example: crhelper serve samples/greeting.py:provider --port 8080 --public-url https://cr.example.com  "
-    "then use ServiceToken web:https://cr.example.com/ or web[sync]:https://cr.example.com/sync"
+from ..transports.http_config import ENV_SIGN_KEY, EndpointConfig, EndpointConfigError
+from ..transports.signature import SignatureVariant
+from . import provider_spec
+from .parsers.serve import (
+    DEFAULT_CHANNEL_TIMEOUT,
+    DEFAULT_CLEANUP_INTERVAL,
+    DEFAULT_CONNECTION_LIMIT,
+    DEFAULT_GRACE,
+    DESCRIPTION,
+    EPILOG,
+    add_arguments,
+    register,
 )
 
+if TYPE_CHECKING:
+    from ..transports.hosted import HostedProvider
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "serve",
-        help="serve a provider over HTTP(S) for web: and web[sync]: ServiceTokens",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-    )
-    add_arguments(parser)
-    parser.set_defaults(func=run)
+__all__ = ["DEFAULT_GRACE", "BackgroundServer", "config_from_args", "main", "make_server", "register", "run"]
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("provider", help="the provider: package.module:provider or path/to/file.py:provider")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
-    parser.add_argument("--port", type=int, default=8080, help="port to listen on; 0 picks a free one (default 8080)")
-    parser.add_argument("--threads", type=int, default=16, help="HTTP server threads; each sync request holds one (default 16)")
-    parser.add_argument("--workers", type=int, default=8, help="background handler threads for async requests (default 8)")
-    parser.add_argument("--backlog", type=int, default=64, help="accepted async requests that may wait for a worker; beyond, --overload-status (default 64)")
-    parser.add_argument("--mode", choices=("async", "sync"), default="async", help="mode for paths not ending in /sync (default async)")
-    parser.add_argument("--sync-within", type=float, default=DEFAULT_SYNC_WITHIN, metavar="SECONDS", help=f"answer FAILED if a sync handler runs longer (default {DEFAULT_SYNC_WITHIN}; ROS waits 10)")
-    parser.add_argument("--inline", action="store_true", help="async mode: run the handler before acknowledging (no background pool)")
-    parser.add_argument("--ack-status", type=int, default=200, help="status of the async acknowledgement (default 200)")
-    parser.add_argument("--overload-status", type=int, default=500, help="status when the pool is full; ROS documents retries after 500 (default 500)")
-    parser.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY, metavar="BYTES", help=f"largest request body accepted, else 413 (default {DEFAULT_MAX_BODY})")
-    parser.add_argument("--public-url", default=None, metavar="URL", help=f"the ServiceToken URL prefix clients use; signatures cover it, so it is required with {ENV_SIGN_KEY} (the Host header can be spoofed); e.g. --public-url https://cr.example.com/ros")
-    parser.add_argument("--signed-header", action="append", default=[], metavar="NAME", help="an HttpConfig.Headers name that ROS signs; repeat for each")
-    parser.add_argument("--max-skew", type=float, default=DEFAULT_MAX_SKEW, metavar="SECONDS", help=f"accepted clock difference of Signature.Date (default {DEFAULT_MAX_SKEW:g})")
-    parser.add_argument("--signature-variant", default="", metavar="SPEC", help="unconfirmed parts of the SignKey algorithm, e.g. digest=sha1-append,md5=base64,json=compact,key=hex")
-    parser.add_argument("--mns-cert-host", action="append", default=[], metavar="HOST", help="host allowed to serve the MNS signing certificate for pushes to /mns (default mnstest.oss-cn-hangzhou.aliyuncs.com); repeat for each")
-    parser.add_argument("--mns-allow-http-cert", action="store_true", help="accept an http:// MNS certificate URL (only for a local MNS endpoint)")
-    parser.add_argument("--allow-replays", action="store_true", help="do not refuse a signed request (or MNS push) whose exact signature was already accepted")
-    parser.add_argument("--grace", type=float, default=DEFAULT_GRACE, metavar="SECONDS",
-                        help=f"on SIGTERM/SIGINT stop accepting, let running handlers finish this long, then answer FAILED "
-                             f"for async requests still running and exit 0 (default {DEFAULT_GRACE:g}; e.g. --grace 5)")
-    parser.add_argument("--connection-limit", type=int, default=DEFAULT_CONNECTION_LIMIT, metavar="N",
-                        help=f"open client connections at once; beyond, new ones wait in the kernel's listen queue "
-                             f"(default {DEFAULT_CONNECTION_LIMIT}, above waitress's 100 so idle keep-alive clients cannot "
-                             f"lock out ROS; e.g. --connection-limit 4000 with a matching ulimit -n)")
-    parser.add_argument("--channel-timeout", type=float, default=DEFAULT_CHANNEL_TIMEOUT, metavar="SECONDS",
-                        help=f"close a connection idle this long, or one that stopped sending halfway through a request "
-                             f"(default {DEFAULT_CHANNEL_TIMEOUT:g}; e.g. --channel-timeout 10)")
-    parser.add_argument("--cleanup-interval", type=float, default=DEFAULT_CLEANUP_INTERVAL, metavar="SECONDS",
-                        help=f"how often idle connections are looked for (default {DEFAULT_CLEANUP_INTERVAL:g}; "
-                             f"e.g. --cleanup-interval 1)")
+_log = get_logger("serve")
 
 
 def config_from_args(args: argparse.Namespace) -> EndpointConfig:
@@ -104,22 +48,23 @@ def config_from_args(args: argparse.Namespace) -> EndpointConfig:
         variant = SignatureVariant.named(args.signature_variant)
     except ValueError as exc:
         raise EndpointConfigError(f"--signature-variant: {exc}") from None
+    # Options the command line leaves unset keep the endpoint's own defaults.
+    optional = {key: value for key, value in (("sync_within", args.sync_within), ("max_body", args.max_body),
+                                              ("max_skew", args.max_skew)) if value is not None}
     config = EndpointConfig(
         mode=args.mode,
-        sync_within=args.sync_within,
         workers=args.workers,
         backlog=args.backlog,
         inline=args.inline,
         ack_status=args.ack_status,
         overload_status=args.overload_status,
-        max_body=args.max_body,
         public_url=args.public_url,
         signed_headers=tuple(args.signed_header),
-        max_skew=args.max_skew,
         signature_variant=variant,
         reject_replays=not args.allow_replays,
         mns_require_https=not args.mns_allow_http_cert,
         mns_cert_hosts=tuple(args.mns_cert_host) if args.mns_cert_host else EndpointConfig.mns_cert_hosts,
+        **optional,
     )
     return config.with_secrets_from_env()
 
@@ -135,12 +80,11 @@ def make_server(
     channel_timeout: float = DEFAULT_CHANNEL_TIMEOUT,
     cleanup_interval: float = DEFAULT_CLEANUP_INTERVAL,
 ) -> Any:
-    """A waitress server for `app`, bound but not yet running; `loop_timeout` bounds how long a stop takes.
+    """A waitress server for `app` (typed Any: waitress has no type hints), bound but not yet
+    running; `loop_timeout` bounds how long a stop takes.
 
     Connection settings are deliberate (waitress's defaults let 100 idle connections lock everyone
     out for 2 minutes): many connections, closed when idle or half-sent for `channel_timeout`."""
-    from waitress.server import create_server
-
     if connection_limit < 1 or channel_timeout <= 0 or cleanup_interval <= 0:
         raise EndpointConfigError("connection_limit must be at least 1, channel_timeout and cleanup_interval positive")
     return create_server(
@@ -185,9 +129,9 @@ def _waitress_busy(server: Any) -> int:
 def ensure_descriptors(connection_limit: int, spare: int = 64) -> str | None:
     """Raise the soft open-files limit to fit `connection_limit` connections if the hard limit allows;
     a warning when it cannot (accept() would then fail with EMFILE before the limit is reached)."""
-    try:
+    try:  # a platform guard: POSIX only
         import resource
-    except ImportError:  # not on POSIX
+    except ImportError:
         return None
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     needed = connection_limit + spare
@@ -204,22 +148,17 @@ def ensure_descriptors(connection_limit: int, spare: int = 64) -> str | None:
     return None
 
 
-def start_recovery(provider: Any) -> threading.Thread | None:
+def start_recovery(provider: "HostedProvider") -> threading.Thread:
     """Resume, in the background, operations a killed predecessor left in the store (and start the
     provider's periodic recovery), instead of waiting for some unrelated request to do it."""
-    recover = getattr(provider, "recover", None)
-    if not callable(recover):
-        return None
 
     def run() -> None:
-        from ..logs import get_logger
-
         try:
-            answered = recover(limit=50)
+            answered = provider.recover(limit=50)
             if answered:
-                get_logger("serve").info("resumed operations left by a previous process", extra={"fields": {"answered": answered}})
+                _log.info("resumed operations left by a previous process", extra={"fields": {"answered": answered}})
         except Exception:  # noqa: BLE001 - recovery must not stop the server; the periodic one retries
-            get_logger("serve").exception("recovery at startup failed")
+            _log.exception("recovery at startup failed")
 
     thread = threading.Thread(target=run, name="crhelper-recover", daemon=True)
     thread.start()
@@ -279,11 +218,6 @@ class BackgroundServer:
 def _shutdown(server: Any, app: HttpApp, grace: float, requested: threading.Event) -> None:
     """After SIGTERM: stop accepting, give running handlers `grace` seconds, answer FAILED for async
     requests still running, then end the loop (which returns from server.run())."""
-    import time
-
-    from ..logs import get_logger
-
-    log = get_logger("serve")
     deadline = time.monotonic() + max(0.0, grace)
     app.stop_accepting()
     try:
@@ -294,7 +228,7 @@ def _shutdown(server: Any, app: HttpApp, grace: float, requested: threading.Even
         time.sleep(0.05)
     answered = app.close(wait=True, grace=max(0.0, deadline - time.monotonic()))
     if answered:
-        log.warning("answered FAILED: async requests still running after the grace period",
+        _log.warning("answered FAILED: async requests still running after the grace period",
                     extra={"fields": {"answered": answered, "grace": grace}})
     time.sleep(0.1)  # let waitress flush replies just written
     try:
@@ -305,11 +239,6 @@ def _shutdown(server: Any, app: HttpApp, grace: float, requested: threading.Even
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
-    import time
-
-    from ..logs import configure
-
     configure()
     try:
         config = config_from_args(args)
@@ -324,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
     except EndpointConfigError as exc:
         print(f"crhelper serve: {exc}", file=sys.stderr)
         return 2
-    provider = provider_from_spec(args.provider)
+    provider = provider_spec.load(args.provider)
     app = wsgi_app(provider, config=config)
     try:
         server = make_server(app, args.host, args.port, args.threads, connection_limit=args.connection_limit,
@@ -348,30 +277,29 @@ def run(args: argparse.Namespace) -> int:
         stopping.append(thread)
         thread.start()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     checks = ", ".join(
         name
         for name, on in (("signature", config.sign_key), ("bearer", config.bearer_token), ("basic", config.basic_auth))
         if on
     )
-    print(
-        f"crhelper serve: listening on http://{server.effective_host}:{server.effective_port} "
-        f"(default mode {config.mode}, sync path suffix {config.sync_suffix}, checks: {checks or 'none'})",
-        file=sys.stderr,
-        flush=True,
-    )
-    start_recovery(provider)
-    try:
-        server.run()  # returns once the shutdown thread closed every dispatcher
-    finally:
-        if not stopped.is_set():
-            app.close(wait=True, grace=args.grace)
-        server.task_dispatcher.shutdown(timeout=1)
-        closer = threading.Thread(target=getattr(provider, "close", lambda: None), name="crhelper-close", daemon=True)
-        closer.start()  # the provider's scheduler and state store; a continuation step may be mid-way
-        closer.join(max(1.0, min(5.0, args.grace)))
-        print("crhelper serve: stopped; every accepted request was handled", file=sys.stderr, flush=True)
+    with on_signals(on_signal):  # SIGTERM, SIGINT: installed before "listening" is announced
+        print(
+            f"crhelper serve: listening on http://{server.effective_host}:{server.effective_port} "
+            f"(default mode {config.mode}, sync path suffix {config.sync_suffix}, checks: {checks or 'none'})",
+            file=sys.stderr,
+            flush=True,
+        )
+        start_recovery(provider)
+        try:
+            server.run()  # returns once the shutdown thread closed every dispatcher
+        finally:
+            if not stopped.is_set():
+                app.close(wait=True, grace=args.grace)
+            server.task_dispatcher.shutdown(timeout=1)
+            closer = threading.Thread(target=provider.close, name="crhelper-close", daemon=True)
+            closer.start()  # the provider's scheduler and state store; a continuation step may be mid-way
+            closer.join(max(1.0, min(5.0, args.grace)))
+            print("crhelper serve: stopped; every accepted request was handled", file=sys.stderr, flush=True)
     lingering = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
     if lingering:
         # A handler that never returns (in the provider's own threads) must not keep the process alive:

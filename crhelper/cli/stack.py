@@ -2,170 +2,52 @@
 
 Stacks live in $CRHELPER_HOME/stacks.sqlite (default ~/.crhelper), so `create`, `describe`,
 `update` and `delete` work across runs; the bindings a stack was created with are remembered too.
+The emulator does the work (`StackEmulator.prepare` then `run`); this module reads the command
+line, sets delivery up and prints. The parser is `crhelper.cli.parsers.stack`.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
+import os
 import signal
 import sys
-import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any, Sequence, TextIO
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+from .. import paths
+from ..emulator import (
+    EmulatorError,
+    Operation,
+    PreparedOperation,
+    StackDescription,
+    StackEmulator,
+    StackEvent,
+    StackNotFoundError,
+    StackStateError,
+    TemplateValidationError,
+    load_parameter_file,
+    parse_key_values,
+)
+from ..emulator.delivery import StackDelivery
+from ..emulator.delivery_bindings import (
+    BindingError,
+    Bindings,
+    default_bindings_path,
+    load_bindings,
+    remember_bindings,
+    remembered_bindings,
+)
+from ..loading import import_from_cwd
+from ..signals import on_signals
+from .parsers.stack import EXIT_FAILED, EXIT_OK, EXIT_USAGE, build_parser
+
 SUCCESS_STATUSES = frozenset({"CREATE_COMPLETE", "UPDATE_COMPLETE", "DELETE_COMPLETE"})
-
-DESCRIPTION = """\
-Run ROS templates locally: every Custom::* / ALIYUN::ROS::CustomResource is sent to its provider
-through the path its ServiceToken names, with fresh ResponseURLs on a local ResponseURL server that
-checks every answer the way ROS does.
-
-How ServiceTokens are reached:
-  acs:fc:...:services/S/functions/F   the bound provider runs on a local Function Compute endpoint
-                                      (real fc2 SDK, async invocation, fresh worker process)
-  acs:fc:...:functions/F  (FC 3.0)    the bound provider runs in-process (fc2 cannot call FC 3.0)
-  acs:mns:...:queues/Q | topics/T     sent / published through a local MNS endpoint, consumed by a
-                                      QueueWorker running the bound provider
-  web:URL | web[sync]:URL             POSTed to the URL for real (start it with `crhelper serve`)
-
-Bind tokens to providers with -s TOKEN=MODULE:provider or a bindings file (--bindings FILE; a file
-named <template>.bindings.yaml next to the template is used automatically):
-  bindings:
-    acs:fc:cn-hangzhou:123456789:services/demo/functions/greeting: ../samples/greeting.py:provider
-  mode: endpoints          # or inprocess: run every bound provider in this process (fastest)
-  faults: {duplicate: true, response_fail_first: 2, response_delay: 0.5, kill_provider: true}
-
-A killed run leaves nothing behind: the FC workers it started die with it (even on SIGKILL), and
-the next command (describe, list, events, update, delete) reports the stack *_FAILED with the reason
-"interrupted: the crhelper process running this operation stopped before it finished":
-  crhelper stack describe --stack demo --json      # status CREATE_FAILED after a killed create
-  crhelper stack delete --stack demo               # then clean up what it created
-
-Exit codes: 0 the operation completed, 1 it failed (see the events), 2 usage or validation error.
-"""
-
-EPILOG = """\
-examples:
-  crhelper stack create templates/demo.yaml --stack demo
-  crhelper stack create templates/demo.yaml --stack demo -p Name=ros -p Times=3 --json
-  crhelper stack create app.yaml --stack app -s 'acs:fc:cn-hangzhou:123456789:services/s/functions/f=mypkg.provider:provider'
-  crhelper stack update templates/demo.yaml --stack demo -p Times=5
-  crhelper stack outputs --stack demo
-  crhelper stack events --stack demo
-  crhelper stack delete --stack demo
-  crhelper stack create templates/demo.yaml --stack flaky --duplicate --response-fail-first 2
-"""
-
-
-# ---------------------------------------------------------------------------------------- parser
-
-
-def _common(parser: argparse.ArgumentParser, *, stack: bool = True) -> None:
-    if stack:
-        parser.add_argument("--stack", required=True, metavar="NAME", help="the stack name")
-    parser.add_argument("--home", default=None, metavar="DIR", help="state directory (default $CRHELPER_HOME or ~/.crhelper)")
-    parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
-
-
-def _delivery_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("delivery")
-    group.add_argument("-s", "--service-token", dest="bind", action="append", default=[], metavar="TOKEN=MODULE:provider",
-                       help="bind a ServiceToken to a provider (package.module:provider or path/file.py:provider); repeatable")
-    group.add_argument("--bindings", type=Path, default=None, metavar="FILE",
-                       help="bindings file (YAML/JSON); default: <template>.bindings.yaml next to the template, "
-                            "then the bindings the stack was created with")
-    group.add_argument("--in-process", action="store_true", help="run every bound provider in this process (mode: inprocess)")
-    faults = parser.add_argument_group("fault injection")
-    faults.add_argument("--duplicate", action="store_true", default=None, help="deliver every request twice (same RequestId)")
-    faults.add_argument("--response-fail-first", type=int, default=None, metavar="N",
-                        help="the ResponseURL answers the first N attempts with an error status")
-    faults.add_argument("--response-fail-status", type=int, default=None, metavar="STATUS", help="that error status (default 500)")
-    faults.add_argument("--response-delay", type=float, default=None, metavar="SECONDS", help="the ResponseURL answers this slowly")
-    faults.add_argument("--kill-provider", action="store_true", default=None,
-                        help="FC 2.0 tokens: SIGKILL the function's worker on the first attempt of each request (FC retries it); "
-                             "other tokens are delivered normally")
-    faults.add_argument("--kill-provider-after", type=float, default=None, metavar="SECONDS",
-                        help="with --kill-provider: kill this many seconds into the handler (mid-request) instead of at entry")
-
-
-def _template_options(parser: argparse.ArgumentParser, *, optional: bool = False) -> None:
-    if optional:
-        parser.add_argument("template", nargs="?", type=Path, default=None, help="new template (default: keep the current one)")
-    else:
-        parser.add_argument("template", type=Path, help="ROS template, YAML or JSON")
-    parser.add_argument("-p", "--parameter", dest="parameters", action="append", default=[], metavar="Key=Value",
-                        help="a template parameter; repeatable")
-    parser.add_argument("--parameters", dest="parameter_file", type=Path, default=None, metavar="FILE",
-                        help="parameters as a JSON/YAML map or the ROS list of {ParameterKey, ParameterValue}")
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "stack", help="deploy ROS templates locally through their real ServiceToken paths",
-        description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_commands(parser)
-
-
-def add_commands(parser: argparse.ArgumentParser) -> None:
-    commands = parser.add_subparsers(title="commands", metavar="<command>")
-    raw = argparse.RawDescriptionHelpFormatter
-
-    create = commands.add_parser("create", help="create a stack and wait for it", formatter_class=raw,
-                                 description="Create a stack: every resource gets a Create request; on failure the "
-                                             "created ones are rolled back unless --disable-rollback.",
-                                 epilog="example: crhelper stack create templates/demo.yaml --stack demo -p Name=ros")
-    _template_options(create)
-    _common(create)
-    create.add_argument("--disable-rollback", action="store_true", help="keep what was created when a resource fails")
-    _delivery_options(create)
-    create.set_defaults(func=run_create)
-
-    update = commands.add_parser("update", help="update a stack to a new template and/or parameters", formatter_class=raw,
-                                 description="Update: changed resources get Update (with OldResourceProperties), added ones "
-                                             "Create, removed ones Delete; a failure rolls back with the old properties.",
-                                 epilog="example: crhelper stack update templates/demo.yaml --stack demo -p Times=5")
-    _template_options(update, optional=True)
-    _common(update)
-    update.add_argument("--disable-rollback", action="store_true", help="do not roll back a failed update")
-    _delivery_options(update)
-    update.set_defaults(func=run_update)
-
-    delete = commands.add_parser("delete", help="delete a stack (DeletionPolicy Retain resources get no request)",
-                                 epilog="example: crhelper stack delete --stack demo")
-    _common(delete)
-    _delivery_options(delete)
-    delete.set_defaults(func=run_delete)
-
-    for name, func, text in (
-        ("describe", run_describe, "status, parameters, resources and outputs of a stack"),
-        ("events", run_events, "every event of a stack, oldest first"),
-        ("outputs", run_outputs, "the resolved outputs of a stack"),
-    ):
-        sub = commands.add_parser(name, help=text, epilog=f"example: crhelper stack {name} --stack demo")
-        _common(sub)
-        sub.set_defaults(func=func)
-
-    listing = commands.add_parser("list", help="all local stacks", epilog="example: crhelper stack list --json")
-    _common(listing, stack=False)
-    listing.set_defaults(func=run_list)
-
-    validate = commands.add_parser("validate", help="check a template and parameters without running anything",
-                                   epilog="example: crhelper stack validate templates/demo.yaml -p Name=ros")
-    _template_options(validate)
-    _common(validate, stack=False)
-    validate.set_defaults(func=run_validate)
-    parser.set_defaults(func=lambda args: _usage(parser))
-
-
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help(sys.stderr)
-    return EXIT_USAGE
 
 
 # ---------------------------------------------------------------------------------------- output
@@ -179,7 +61,7 @@ class Printer:
         self.out = out or sys.stdout
         self.events: list[dict[str, Any]] = []
 
-    def event(self, event: Any) -> None:
+    def event(self, event: StackEvent) -> None:
         self.events.append(event.to_dict())
         if self.json_mode:
             return
@@ -205,7 +87,24 @@ def _print_outputs(outputs: dict[str, Any], out: TextIO) -> None:
         print(f"  {key:<{width}} = {shown}", file=out)
 
 
-def _finish(description: Any, printer: Printer, operation: str) -> int:
+def _failure_hint(description: StackDescription, operation: str) -> str:
+    name = description.name
+    if operation == "delete":
+        return f"fix the provider, then run `crhelper stack delete --stack {name}` again"
+    if description.status.endswith("ROLLBACK_FAILED"):
+        return (f"the rollback failed too (see `crhelper stack describe --stack {name}`); fix the provider, "
+                f"then run `crhelper stack delete --stack {name}`")
+    if description.status.startswith(("CREATE_FAILED", "UPDATE_FAILED")):
+        return (f"inspect with `crhelper stack describe --stack {name}`; "
+                f"remove it with `crhelper stack delete --stack {name}`")
+    if description.status == "CREATE_ROLLBACK_COMPLETE":
+        # ROS cannot update or re-create over a rolled-back create: the stack must be deleted first.
+        return (f"fix the provider or template, then run `crhelper stack delete --stack {name}` "
+                "and `crhelper stack create` again (the stack was rolled back)")
+    return f"fix the provider or template, then run `crhelper stack {operation}` again (the stack was rolled back)"
+
+
+def _finish(description: StackDescription, printer: Printer, operation: str) -> int:
     ok = description.status in SUCCESS_STATUSES
     if printer.json_mode:
         document = {"Stack": description.to_dict(), "Outputs": description.output_values(), "Events": printer.events}
@@ -217,39 +116,41 @@ def _finish(description: Any, printer: Printer, operation: str) -> int:
         _print_outputs(description.output_values(), out)
         return EXIT_OK
     print(f"stack {description.name}: {description.status}: {description.status_reason}", file=out)
-    name = description.name
-    if operation == "delete":
-        hint = f"fix the provider, then run `crhelper stack delete --stack {name}` again"
-    elif description.status.endswith("ROLLBACK_FAILED"):
-        hint = (f"the rollback failed too (see `crhelper stack describe --stack {name}`); fix the provider, "
-                f"then run `crhelper stack delete --stack {name}`")
-    elif description.status.startswith(("CREATE_FAILED", "UPDATE_FAILED")):
-        hint = (f"inspect with `crhelper stack describe --stack {name}`; "
-                f"remove it with `crhelper stack delete --stack {name}`")
-    elif description.status == "CREATE_ROLLBACK_COMPLETE":
-        # ROS cannot update or re-create over a rolled-back create: the stack must be deleted first.
-        hint = (f"fix the provider or template, then run `crhelper stack delete --stack {name}` "
-                "and `crhelper stack create` again (the stack was rolled back)")
-    else:
-        hint = f"fix the provider or template, then run `crhelper stack {operation}` again (the stack was rolled back)"
-    print(f"  next: {hint}", file=out)
+    print(f"  next: {_failure_hint(description, operation)}", file=out)
     return EXIT_FAILED
+
+
+def state_hint(error: StackStateError) -> str:
+    """The next step for a refused operation, from the error's fields."""
+    name, steps = error.stack, error.next_operations
+    delete = f"`crhelper stack delete --stack {name}`"
+    if error.kind == StackStateError.BUSY:
+        return f"another crhelper process is running an operation on it; follow it with `crhelper stack events --stack {name}`"
+    if error.kind == StackStateError.EXISTS:
+        return f"`crhelper stack update ... --stack {name}`, or {delete} first" if "update" in steps else f"{delete} first"
+    if error.kind == StackStateError.NOT_UPDATABLE:
+        return f"{delete} first, then `crhelper stack create` it again"
+    if error.kind == StackStateError.CHANGED:
+        return f"run `crhelper stack {steps[0]}` again" if steps else ""
+    return ""
 
 
 # ---------------------------------------------------------------------------------------- inputs
 
 
-def _emulator(args: argparse.Namespace) -> Any:
+class _UsageError(Exception):
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+def _emulator(args: argparse.Namespace) -> StackEmulator:
     """The emulator on --home; providers (in-process and FC workers) keep their state there too."""
-    import os
-
-    from ..emulator import StackEmulator
-
     if args.home:
-        os.environ["CRHELPER_HOME"] = str(Path(args.home).expanduser().resolve())
+        os.environ[paths.HOME_ENV] = str(Path(args.home).expanduser().resolve())
     # Provider INFO lines would bury the event lines; CRHELPER_LOG_LEVEL still wins when set.
     os.environ.setdefault("CRHELPER_LOG_LEVEL", "WARNING")
-    return StackEmulator(args.home)
+    return StackEmulator(paths.home())
 
 
 def _read_template(path: Path) -> str:
@@ -259,15 +160,7 @@ def _read_template(path: Path) -> str:
         raise _UsageError(f"cannot read template {path}: {exc.strerror}", "check the path; templates/demo.yaml is an example") from None
 
 
-class _UsageError(Exception):
-    def __init__(self, message: str, hint: str = "") -> None:
-        super().__init__(message)
-        self.hint = hint
-
-
 def _parameters(args: argparse.Namespace) -> dict[str, Any]:
-    from ..emulator import load_parameter_file, parse_key_values
-
     values: dict[str, Any] = {}
     try:
         if args.parameter_file is not None:
@@ -282,9 +175,7 @@ def _parameters(args: argparse.Namespace) -> dict[str, Any]:
     return values
 
 
-def _bindings(args: argparse.Namespace, home: Path, template: Path | None) -> Any:
-    from ..emulator.delivery_bindings import Bindings, default_bindings_path, load_bindings, remembered_bindings
-
+def _bindings(args: argparse.Namespace, home: Path, template: Path | None) -> Bindings:
     bindings = remembered_bindings(home, args.stack) if args.stack else Bindings()
     source = args.bindings or (default_bindings_path(template) if template is not None else None)
     if source is not None:
@@ -301,22 +192,8 @@ def _bindings(args: argparse.Namespace, home: Path, template: Path | None) -> An
     return dataclasses.replace(bindings, faults=faults)
 
 
-def unbound_tokens(template_text: str, parameters: dict[str, Any], bindings: Any, region: str, account_id: str) -> dict[str, list[str]]:
-    """FC/MNS ServiceTokens that resolve without running anything but have no provider: token -> resources."""
-    from ..emulator.plan import StackIdentity, build_plan
-    from ..emulator.template import load_template
-
-    plan = build_plan(load_template(template_text), parameters, StackIdentity("check", "check", region, account_id))
-    missing: dict[str, list[str]] = {}
-    for name, spec in plan.resources.items():
-        token = plan.evaluate(spec.service_token, f"Resources.{name}.Properties.ServiceToken", lambda _: None, dry_run=True)
-        if isinstance(token, str) and token.startswith("acs:") and bindings.provider_for(token) is None:
-            missing.setdefault(token, []).append(name)
-    return missing
-
-
-def _check_bound(template_text: str, parameters: dict[str, Any], bindings: Any, emulator: Any) -> None:
-    missing = unbound_tokens(template_text, parameters, bindings, emulator.region, emulator.account_id)
+def _check_bound(prepared: PreparedOperation, bindings: Bindings) -> None:
+    missing = bindings.unbound(prepared.service_tokens)
     if missing:
         lines = [f"{token} (used by {', '.join(names)})" for token, names in missing.items()]
         first = next(iter(missing))
@@ -330,171 +207,89 @@ def _check_bound(template_text: str, parameters: dict[str, Any], bindings: Any, 
 # ---------------------------------------------------------------------------------------- commands
 
 
-def _guard(run: Any, args: argparse.Namespace) -> int:
+def _guarded(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Turn every expected problem into a message with a next step and exit code 2."""
-    from ..emulator import EmulatorError, StackNotFoundError, StackStateError, TemplateValidationError
-    from ..emulator.delivery_bindings import BindingError
 
-    try:
-        return int(run(args))
-    except _UsageError as exc:
-        return _error(str(exc), exc.hint)
-    except TemplateValidationError as exc:
-        return _error(str(exc), "fix the template or parameters; `crhelper stack validate TEMPLATE` checks without running")
-    except StackNotFoundError as exc:
-        return _error(str(exc), "`crhelper stack list` shows the local stacks")
-    except StackStateError as exc:
-        name = getattr(args, "stack", "NAME")
-        hint = ""
-        if "is busy" in str(exc) or "_IN_PROGRESS" in str(exc):
-            hint = f"another crhelper process is running an operation on it; follow it with `crhelper stack events --stack {name}`"
-        elif "already exists" in str(exc) or "cannot be updated" in str(exc):
-            hint = f"`crhelper stack delete --stack {name}` first, then `crhelper stack create` it again"
-        return _error(str(exc), hint)
-    except BindingError as exc:
-        return _error(str(exc), "see `crhelper stack --help` for the bindings format")
-    except EmulatorError as exc:
-        return _error(str(exc))
+    def command(args: argparse.Namespace) -> int:
+        try:
+            return int(run(args))
+        except _UsageError as exc:
+            return _error(str(exc), exc.hint)
+        except TemplateValidationError as exc:
+            return _error(str(exc), "fix the template or parameters; `crhelper stack validate TEMPLATE` checks without running")
+        except StackNotFoundError as exc:
+            return _error(str(exc), "`crhelper stack list` shows the local stacks")
+        except StackStateError as exc:
+            return _error(str(exc), state_hint(exc))
+        except BindingError as exc:
+            return _error(str(exc), "see `crhelper stack --help` for the bindings format")
+        except EmulatorError as exc:
+            return _error(str(exc))
+
+    command.__name__ = command.__qualname__ = run.__name__
+    command.__doc__ = run.__doc__
+    return command
 
 
-def run_create(args: argparse.Namespace) -> int:
-    return _guard(_create, args)
-
-
-def run_update(args: argparse.Namespace) -> int:
-    return _guard(_update, args)
-
-
-def run_delete(args: argparse.Namespace) -> int:
-    return _guard(_delete, args)
-
-
-def run_describe(args: argparse.Namespace) -> int:
-    return _guard(_describe, args)
-
-
-def run_events(args: argparse.Namespace) -> int:
-    return _guard(_events, args)
-
-
-def run_outputs(args: argparse.Namespace) -> int:
-    return _guard(_outputs, args)
-
-
-def run_list(args: argparse.Namespace) -> int:
-    return _guard(_list, args)
-
-
-def run_validate(args: argparse.Namespace) -> int:
-    return _guard(_validate, args)
-
-
-def _http_configs(text: str, parameters: dict[str, Any], name: str, emulator: Any) -> dict[str, Any]:
-    from ..emulator.delivery_http_config import resolve_http_configs
-
-    return resolve_http_configs(text, parameters, stack_name=name, region=emulator.region, account_id=emulator.account_id)
-
-
-def _create(args: argparse.Namespace) -> int:
-    from ..emulator.delivery import StackDelivery
-    from ..emulator.delivery_bindings import remember_bindings
-    from ..emulator.emulator import UPDATABLE_STATUSES
-
-    text = _read_template(args.template)
-    parameters = _parameters(args)
-    printer = Printer(args.json)
-    with _emulator(args) as emulator:
-        home = emulator.store.home
-        existing = emulator.settled_record(args.stack)
-        if existing is not None and existing.status != "DELETE_COMPLETE":
-            delete_first = f"`crhelper stack delete --stack {args.stack}` first"
-            raise _UsageError(f"stack '{args.stack}' already exists (status {existing.status})",
-                              f"`crhelper stack update ... --stack {args.stack}`, or {delete_first}"
-                              if existing.status in UPDATABLE_STATUSES else delete_first)
-        bindings = _bindings(args, home, args.template)
-        emulator.validate(text, parameters, args.stack)
-        _check_bound(text, parameters, bindings, emulator)
-        remember_bindings(home, args.stack, bindings)
-        configs = _http_configs(text, parameters, args.stack, emulator)
-        with _terminations_interrupt(), \
-                StackDelivery(bindings, region=emulator.region, account_id=emulator.account_id, http_configs=configs) as deliver:
-            description = emulator.create(args.stack, text, parameters, deliver,
-                                          disable_rollback=args.disable_rollback, on_event=printer.event)
-    return _finish(description, printer, "create")
-
-
-def _update(args: argparse.Namespace) -> int:
-    from ..emulator.delivery import StackDelivery
-    from ..emulator.delivery_bindings import remember_bindings
-    from ..emulator.template import load_template
-
-    given = _parameters(args)
-    printer = Printer(args.json)
-    with _emulator(args) as emulator:
-        record = emulator.store.load(args.stack)
-        if record is None:
-            from ..emulator import StackNotFoundError
-
-            raise StackNotFoundError(args.stack)
-        text = _read_template(args.template) if args.template is not None else record.template_text
-        # Previous values carry over only for parameters the (new) template still declares.
-        declared = load_template(text).parameters
-        parameters = {k: v for k, v in record.parameters.items() if k in declared and k not in given}
-        parameters.update(given)
-        bindings = _bindings(args, emulator.store.home, args.template)
-        emulator.validate(text, parameters, args.stack)
-        _check_bound(text, parameters, bindings, emulator)
-        remember_bindings(emulator.store.home, args.stack, bindings)
-        configs = _http_configs(text, parameters, args.stack, emulator)
-        with _terminations_interrupt(), \
-                StackDelivery(bindings, region=emulator.region, account_id=emulator.account_id, http_configs=configs) as deliver:
-            description = emulator.update(args.stack, text if args.template is not None else None, given, deliver,
-                                          disable_rollback=args.disable_rollback, on_event=printer.event)
-    return _finish(description, printer, "update")
-
-
-def _delete(args: argparse.Namespace) -> int:
-    from ..emulator.delivery import StackDelivery
-
-    printer = Printer(args.json)
-    with _emulator(args) as emulator:
-        record = emulator.store.load(args.stack)
-        if record is None:
-            from ..emulator import StackNotFoundError
-
-            raise StackNotFoundError(args.stack)
-        bindings = _bindings(args, emulator.store.home, None)
-        configs = _http_configs(record.template_text, record.parameters, args.stack, emulator)
-        with _terminations_interrupt(), \
-                StackDelivery(bindings, region=emulator.region, account_id=emulator.account_id, http_configs=configs) as deliver:
-            description = emulator.delete(args.stack, deliver, on_event=printer.event)
-    return _finish(description, printer, "delete")
-
-
-@contextlib.contextmanager
+@contextmanager
 def _terminations_interrupt() -> Iterator[None]:
     """SIGTERM / SIGHUP end a running operation the way Ctrl-C does: the stack is marked FAILED
     (instead of staying *_IN_PROGRESS, which no command accepts) and the local endpoints stop."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
-    def stop(signum: int, _frame: Any) -> None:
+    def stop(signum: int, _frame: FrameType | None) -> None:
         raise SystemExit(128 + signum)
 
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
+    with on_signals(stop, (signal.SIGTERM, signal.SIGHUP)):
         yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+
+
+def _deploy(args: argparse.Namespace, emulator: StackEmulator, prepared: PreparedOperation, template: Path | None) -> int:
+    """Bind, deliver and report one prepared operation: the part create, update and delete share."""
+    home = emulator.store.home
+    bindings = _bindings(args, home, template)
+    if prepared.operation != "delete":  # a delete calls the tokens its resources were created with
+        _check_bound(prepared, bindings)
+        remember_bindings(home, prepared.name, bindings)
+    import_from_cwd()  # bound module specs resolve from here, in this process and in the FC workers it starts
+    printer = Printer(args.json)
+    with _terminations_interrupt(), StackDelivery(bindings, region=emulator.region, account_id=emulator.account_id,
+                                                  http_configs=prepared.http_configs) as deliver:
+        description = emulator.run(prepared, deliver, disable_rollback=getattr(args, "disable_rollback", False),
+                                   on_event=printer.event)
+    return _finish(description, printer, prepared.operation)
+
+
+def _from_template(operation: Operation, args: argparse.Namespace) -> int:
+    """A create, or an update (whose template is optional: it keeps the current one)."""
+    text = _read_template(args.template) if args.template is not None else None
+    parameters = _parameters(args)
+    with _emulator(args) as emulator:
+        prepared = emulator.prepare(operation, args.stack, text, parameters)
+        return _deploy(args, emulator, prepared, args.template)
+
+
+@_guarded
+def create(args: argparse.Namespace) -> int:
+    return _from_template("create", args)
+
+
+@_guarded
+def update(args: argparse.Namespace) -> int:
+    return _from_template("update", args)
+
+
+@_guarded
+def delete(args: argparse.Namespace) -> int:
+    with _emulator(args) as emulator:
+        return _deploy(args, emulator, emulator.prepare("delete", args.stack), None)
 
 
 def _dump(document: Any) -> None:
     print(json.dumps(document, indent=2, ensure_ascii=False, default=str))
 
 
-def _describe(args: argparse.Namespace) -> int:
+@_guarded
+def describe(args: argparse.Namespace) -> int:
     with _emulator(args) as emulator:
         description = emulator.describe(args.stack)
     if args.json:
@@ -515,29 +310,32 @@ def _describe(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _events(args: argparse.Namespace) -> int:
+@_guarded
+def events(args: argparse.Namespace) -> int:
     with _emulator(args) as emulator:
-        events = emulator.events(args.stack)
+        found = emulator.events(args.stack)
     if args.json:
-        _dump([e.to_dict() for e in events])
+        _dump([e.to_dict() for e in found])
         return EXIT_OK
     printer = Printer(False)
-    for event in events:
+    for event in found:
         printer.event(event)
     return EXIT_OK
 
 
-def _outputs(args: argparse.Namespace) -> int:
+@_guarded
+def outputs(args: argparse.Namespace) -> int:
     with _emulator(args) as emulator:
-        outputs = emulator.outputs(args.stack)
+        values = emulator.outputs(args.stack)
     if args.json:
-        _dump(outputs)
+        _dump(values)
     else:
-        _print_outputs(outputs, sys.stdout)
+        _print_outputs(values, sys.stdout)
     return EXIT_OK
 
 
-def _list(args: argparse.Namespace) -> int:
+@_guarded
+def list_stacks(args: argparse.Namespace) -> int:
     with _emulator(args) as emulator:
         stacks = emulator.list_stacks()
     if args.json:
@@ -550,7 +348,8 @@ def _list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _validate(args: argparse.Namespace) -> int:
+@_guarded
+def validate(args: argparse.Namespace) -> int:
     text = _read_template(args.template)
     parameters = _parameters(args)
     with _emulator(args) as emulator:
@@ -564,10 +363,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m crhelper.cli.stack ...`: the same command without the `crhelper` front end."""
-    parser = argparse.ArgumentParser(prog="crhelper stack", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_commands(parser)
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
     except KeyboardInterrupt:

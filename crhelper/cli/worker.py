@@ -1,87 +1,40 @@
-"""`crhelper worker`: consume ROS requests from an MNS queue (ServiceToken acs:mns:...:queues/<name>)."""
+"""`crhelper worker`: consume ROS requests from an MNS queue (ServiceToken acs:mns:...:queues/<name>).
+
+The parser is `crhelper.cli.parsers.worker`.
+"""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Sequence
 
-from .loading import provider_from_spec
-
-DESCRIPTION = (
-    "Long-poll an MNS queue with aliyun-mns-sdk and answer each ROS request it carries. A message is "
-    "deleted only after its response reached the ResponseURL (or when nothing is left to send); while a "
-    "handler runs its visibility is extended; a message whose response could not be delivered stays for "
-    "redelivery, and undecodable messages are deleted and logged. Long-running handlers (InProgress) "
-    "continue through delayed messages on the same queue unless CRHELPER_REENTRY says otherwise; use a "
-    "shared CRHELPER_STORE when several workers consume one queue. A response the ResponseURL rejects for "
-    "good (a final 4xx) deletes its message with an error log; a duplicate of a request in flight elsewhere "
-    "stays hidden until the holder's lease could have lapsed. SIGTERM/SIGINT finish in-flight messages (up to "
-    "--grace seconds), make the ones still running visible again within seconds, and exit 0. At start, "
-    "operations a killed worker left in the store are resumed at once. "
-    "Credentials come from ALIBABA_CLOUD_ACCESS_KEY_ID, "
-    "ALIBABA_CLOUD_ACCESS_KEY_SECRET and, for STS, ALIBABA_CLOUD_SECURITY_TOKEN."
-)
-EPILOG = """examples:
-  crhelper worker samples/greeting.py:provider --queue acs:mns:cn-hangzhou:123456789:queues/ros-requests
-      (endpoint derived: https://123456789.mns.cn-hangzhou.aliyuncs.com)
-  crhelper worker mypkg.provider:provider --queue ros-requests \\
-      --endpoint http://123456789.mns.cn-hangzhou-internal.aliyuncs.com --concurrency 8 --wait-seconds 20
-  python -m crhelper.local.mns_server --port 8100   # a local MNS to try it against
-"""
-
-ENV_KEY_ID = "ALIBABA_CLOUD_ACCESS_KEY_ID"
-ENV_KEY_SECRET = "ALIBABA_CLOUD_ACCESS_KEY_SECRET"
-ENV_TOKEN = "ALIBABA_CLOUD_SECURITY_TOKEN"
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "worker",
-        help="answer ROS requests from an MNS queue (acs:mns:...:queues/<name> ServiceTokens)",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_arguments(parser)
-    parser.set_defaults(func=run)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("provider", help="the provider: package.module:provider or path/to/file.py:provider")
-    parser.add_argument("--queue", required=True, help="acs:mns:<region>:<account>:queues/<name> ARN, or a queue name with --endpoint")
-    parser.add_argument("--endpoint", default=None, help="MNS endpoint, e.g. https://<account>.mns.<region>.aliyuncs.com (derived from an ARN when omitted)")
-    parser.add_argument("--concurrency", type=int, default=4, metavar="N", help="messages handled at once (default 4)")
-    parser.add_argument("--wait-seconds", type=int, default=10, metavar="S", help="long-poll duration, 0-30 (default 10)")
-    parser.add_argument("--visibility-timeout", type=int, default=60, metavar="S", help="how long each extension hides a message being handled (default 60)")
-    parser.add_argument("--extend-every", type=float, default=None, metavar="S", help="seconds between extensions (default a third of --visibility-timeout)")
-    parser.add_argument("--grace", type=float, default=30.0, metavar="S", help="on SIGTERM, how long in-flight messages may still run; those still running then become "
-                             "visible again within seconds for another worker (default 30; e.g. --grace 10)")
-    parser.add_argument("--reentry", choices=("queue", "provider"), default="queue",
-                        help="long-running operations continue via delayed messages on this queue (default), "
-                             "or via the provider's own strategy (CRHELPER_REENTRY)")
+from ..cloud.credentials import Credentials, missing_hint
+from ..config import ConfigError
+from ..loading import ProviderSpecError
+from ..reentry_mns import resolve_queue
+from ..transports.mns_worker import QueueWorker
+from . import provider_spec
+from .parsers.worker import DESCRIPTION, EPILOG, add_arguments
+from .parsers import RAW
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..reentry_mns import resolve_queue
-    from ..transports.mns_worker import QueueWorker
-
     try:
         location = resolve_queue(args.queue, args.endpoint)
     except ValueError as exc:
         print(f"crhelper worker: {exc}", file=sys.stderr)
         return 2
-    key_id, key_secret = os.environ.get(ENV_KEY_ID, ""), os.environ.get(ENV_KEY_SECRET, "")
-    if not key_id or not key_secret:
-        print(f"crhelper worker: set {ENV_KEY_ID} and {ENV_KEY_SECRET} (and {ENV_TOKEN} for STS credentials)",
-              file=sys.stderr)
+    credentials = Credentials.from_env()
+    if credentials is None:
+        print(f"crhelper worker: {missing_hint()}", file=sys.stderr)
         return 2
-    provider = provider_from_spec(args.provider)
+    provider = provider_spec.load(args.provider)
     try:
         worker = QueueWorker(
             provider, endpoint=location.endpoint, queue=location.queue,
-            access_key_id=key_id, access_key_secret=key_secret, security_token=os.environ.get(ENV_TOKEN, ""),
+            access_key_id=credentials.access_key_id, access_key_secret=credentials.access_key_secret,
+            security_token=credentials.security_token,
             concurrency=args.concurrency, wait_seconds=args.wait_seconds,
             visibility_timeout=args.visibility_timeout, extend_every=args.extend_every,
             grace=args.grace, reentry=args.reentry,
@@ -94,13 +47,9 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m crhelper.cli.worker ...`, the same as `crhelper worker ...`."""
-    parser = argparse.ArgumentParser(prog="crhelper worker", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="crhelper worker", description=DESCRIPTION, epilog=EPILOG, formatter_class=RAW)
     add_arguments(parser)
     args = parser.parse_args(argv)
-    from ..config import ConfigError
-    from ..fc import ProviderSpecError
-
     try:
         return run(args)
     except (ImportError, FileNotFoundError, ProviderSpecError, ConfigError) as exc:

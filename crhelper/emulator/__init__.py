@@ -1,6 +1,6 @@
 """Local ROS stack emulator: runs ROS templates' custom resources through injected delivery."""
 
-from .emulator import DEFAULT_ACCOUNT_ID, DEFAULT_REGION, EventCallback, StackEmulator
+from .emulator import DEFAULT_ACCOUNT_ID, DEFAULT_REGION, EventCallback, Operation, PreparedOperation, StackEmulator
 from .errors import (
     EmulatorError,
     ResolutionError,
@@ -19,7 +19,9 @@ __all__ = [
     "Deliverer",
     "EmulatorError",
     "EventCallback",
+    "Operation",
     "OutputDescription",
+    "PreparedOperation",
     "ResolutionError",
     "ResourceDescription",
     "StackDescription",

@@ -25,14 +25,19 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..invariants import body_violations
+from ..loading import load_provider
 from ..logs import redact_url
 from ..local.response_server import Capture, ResponseServer
 from ..servicetoken import FcFunctionToken, MnsQueueToken, MnsTopicToken, ServiceTokenError, WebToken, parse_service_token
 from .delivery_bindings import Bindings, Faults
 from .emulator import DEFAULT_ACCOUNT_ID, DEFAULT_REGION
+
+if TYPE_CHECKING:  # each route loads its local endpoint (and SDK) only when a token needs it
+    from .delivery_fc import FcRoute
+    from .delivery_mns import MnsRoute
 
 #: After the first answer to a duplicated request, how long to wait for the second one.
 DUPLICATE_GRACE = 5.0
@@ -87,8 +92,8 @@ class StackDelivery:
         self.delivered: list[Delivered] = []
         self._lock = threading.Lock()
         self._providers: dict[str, Any] = {}
-        self._fc: Any = None
-        self._mns: Any = None
+        self._fc: FcRoute | None = None
+        self._mns: MnsRoute | None = None
         self._started = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -116,7 +121,7 @@ class StackDelivery:
         self.stop()
 
     @property
-    def fc(self) -> Any:
+    def fc(self) -> "FcRoute":
         """The FcRoute, started on first use of an FC 2.0 token."""
         from .delivery_fc import FcRoute
 
@@ -128,7 +133,7 @@ class StackDelivery:
             return self._fc
 
     @property
-    def mns(self) -> Any:
+    def mns(self) -> "MnsRoute":
         """The MnsRoute, started on first use of an MNS token."""
         from .delivery_mns import MnsRoute
 
@@ -139,12 +144,10 @@ class StackDelivery:
 
     def provider(self, spec: str) -> Any:
         """The provider object for a spec, loaded once per operation."""
-        from ..cli.loading import provider_from_spec
-
         with self._lock:
             if spec not in self._providers:
                 try:
-                    self._providers[spec] = provider_from_spec(spec)
+                    self._providers[spec] = load_provider(spec)
                 except Exception as exc:  # noqa: BLE001 - an import-time failure is the user's code: name it
                     raise DeliveryError(
                         f"provider {spec} could not be loaded: {type(exc).__name__}: {exc}; "

@@ -18,6 +18,7 @@ Tokens are matched in canonical form, so `acs:mns:...:/queues/q` and `...:queues
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +94,12 @@ class Bindings:
             return self.providers.get(canonical_token(token))
         except BindingError:
             return None
+
+    def unbound(self, tokens: Mapping[str, Iterable[str]]) -> dict[str, list[str]]:
+        """The FC and MNS tokens among `tokens` (token -> resources) that no provider is bound to;
+        `web:` tokens need none (they are POSTed to their URL)."""
+        return {token: list(names) for token, names in tokens.items()
+                if token.startswith("acs:") and self.provider_for(token) is None}
 
     def with_flags(self, flags: Iterable[str]) -> "Bindings":
         """Add `TOKEN=MODULE:provider` flags (the token itself holds ':' so split at the last '=')."""
@@ -197,8 +204,6 @@ REMEMBERED_FILE = "stack-bindings.json"
 
 def remember_bindings(home: Path, stack: str, bindings: Bindings) -> None:
     """Keep a stack's bindings (not its faults) so later update/delete runs need no flags."""
-    import json
-
     path = Path(home) / REMEMBERED_FILE
     try:
         known = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
@@ -210,8 +215,6 @@ def remember_bindings(home: Path, stack: str, bindings: Bindings) -> None:
 
 def remembered_bindings(home: Path, stack: str) -> Bindings:
     """The bindings last used for `stack` (empty when none were recorded)."""
-    import json
-
     path = Path(home) / REMEMBERED_FILE
     try:
         entry = json.loads(path.read_text(encoding="utf-8")).get(stack) if path.is_file() else None

@@ -1,11 +1,12 @@
 """The Function Compute handler the stack emulator registers for a bound FC ServiceToken.
 
-Runs in a local FC worker process. It loads the provider named by CRHELPER_PROVIDER (a module or
-a file path spec), answers FAILED if that fails (like `crhelper.fc.handler`), and implements the
-`kill_provider` fault: with CRHELPER_EMULATOR_KILL_DIR set, the first attempt for each ROS
-RequestId leaves a marker there and SIGKILLs its own worker process (at once, or
-CRHELPER_EMULATOR_KILL_AFTER seconds into the handler), so FC's async retry has to deliver the
-request again, exactly as after a crashed or recycled instance.
+Runs in a local FC worker process: the shared lazy entry (`crhelper.loading.lazy_handler`: the
+provider named by CRHELPER_PROVIDER, a module or a file path spec, answered FAILED on every
+request if it fails to import), preceded by the `kill_provider` fault: with
+CRHELPER_EMULATOR_KILL_DIR set, the first attempt for each ROS RequestId leaves a marker there and
+SIGKILLs its own worker process (at once, or CRHELPER_EMULATOR_KILL_AFTER seconds into the
+handler), so FC's async retry has to deliver the request again, exactly as after a crashed or
+recycled instance.
 """
 
 from __future__ import annotations
@@ -17,11 +18,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
-PROVIDER_ENV = "CRHELPER_PROVIDER"
+from ..loading import PROVIDER_ENV, lazy_handler
+
+__all__ = ["KILL_AFTER_ENV", "KILL_DIR_ENV", "PROVIDER_ENV", "handler"]
+
 KILL_DIR_ENV = "CRHELPER_EMULATOR_KILL_DIR"
 KILL_AFTER_ENV = "CRHELPER_EMULATOR_KILL_AFTER"
 
-_state: dict[str, Any] = {}
+#: Reads CRHELPER_PROVIDER on the first request; the worker inherits the emulator's sys.path.
+_entry = lazy_handler()
 
 
 def _request_id(event: Any) -> str | None:
@@ -55,27 +60,6 @@ def _maybe_kill(event: Any) -> None:
     timer.start()
 
 
-def _provider() -> Any:
-    if "provider" not in _state and "error" not in _state:
-        from ..cli.loading import provider_from_spec
-
-        spec = os.environ.get(PROVIDER_ENV, "")
-        try:
-            if not spec:
-                raise ValueError(f"{PROVIDER_ENV} is not set")
-            _state["provider"] = provider_from_spec(spec)
-        except BaseException as exc:  # any import-time failure must still be answered
-            _state["error"] = f"provider failed to initialise: {type(exc).__name__}: {exc}"
-    return _state.get("provider")
-
-
 def handler(event: Any, context: Any = None) -> str:
     _maybe_kill(event)
-    provider = _provider()
-    if provider is None:
-        from ..config import Settings
-        from ..runtime import send_failed
-
-        outcome = send_failed(event, _state["error"], Settings.from_env())
-        return json.dumps(outcome.body or {"Status": "FAILED", "Reason": _state["error"]})
-    return str(provider.fc_handler(event, context))
+    return _entry(event, context)

@@ -13,8 +13,13 @@ import json
 import threading
 from typing import Any, Callable
 
+from mns.queue import Message, QueueMeta
+from mns.subscription import SubscriptionMeta
+from mns.topic import TopicMessage, TopicMeta
+
 from ..local.mns_server import LocalMNS
 from ..servicetoken import MnsQueueToken, MnsTopicToken
+from ..transports.mns_worker import QueueWorker
 
 #: How long a received message stays invisible; the worker extends it while the provider runs.
 VISIBILITY_TIMEOUT = 60
@@ -55,10 +60,6 @@ class MnsRoute:
 
     def _queue(self, name: str, spec: str) -> Any:
         """The queue `name`, created with a QueueWorker running `spec` (caller holds the lock)."""
-        from mns.queue import QueueMeta
-
-        from ..transports.mns_worker import QueueWorker
-
         if name not in self._queues:
             queue = self._account.get_queue(name)
             queue.set_encoding(False)
@@ -74,10 +75,6 @@ class MnsRoute:
         return self._queues[name]
 
     def send(self, token: MnsQueueToken | MnsTopicToken, spec: str, request: dict[str, Any]) -> None:
-        from mns.queue import Message
-        from mns.subscription import SubscriptionMeta
-        from mns.topic import TopicMessage, TopicMeta
-
         body = json.dumps(request, ensure_ascii=False)
         with self._lock:
             if isinstance(token, MnsQueueToken):

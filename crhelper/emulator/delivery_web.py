@@ -11,7 +11,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import requests
+
 from ..servicetoken import WebToken
+from ..transports.http import encode_form
+from ..transports.signature import signed_body
 
 #: ROS waits a fixed 10 s for a web[sync] reply (spec §3.4).
 SYNC_LIMIT = 10.0
@@ -35,12 +39,8 @@ def request_body(request: Mapping[str, Any], token: WebToken, http_config: Mappi
     data: dict[str, Any] = dict(request)
     sign_key = http_config.get("SignKey")
     if sign_key:
-        from ..transports.signature import signed_body
-
         data = signed_body(data, key=str(sign_key), url=token.url, content_type=content_type, headers=headers)
     if content_type == FORM_TYPE:
-        from ..transports.http import encode_form
-
         raw = encode_form(data).encode("utf-8")
     else:
         raw = json.dumps(data, ensure_ascii=False).encode("utf-8")
@@ -50,8 +50,6 @@ def request_body(request: Mapping[str, Any], token: WebToken, http_config: Mappi
 
 def post(token: WebToken, request: Mapping[str, Any], http_config: Mapping[str, Any], timeout: float) -> bytes | None:
     """POST the request; the raw reply body for sync tokens (the response), None for async ones after a 2xx."""
-    import requests
-
     raw, headers = request_body(request, token, http_config)
     limit = min(timeout, SYNC_LIMIT) if token.sync else min(timeout, 30.0)
     try:

@@ -1,4 +1,10 @@
-"""The public facade the CLI calls: StackEmulator runs and remembers local ROS stacks."""
+"""The public facade the CLI calls: StackEmulator runs and remembers local ROS stacks.
+
+An operation is prepared once (`prepare`: the stack's state checked, the template parsed, the
+parameters validated, the plan built) and then run (`run`) with a deliverer; `create`, `update`
+and `delete` do both. Between the two, a caller sets delivery up from what the preparation found:
+the ServiceTokens to bind and each resource's HttpConfig.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,11 @@ import os
 import re
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
+from ..local.supervisor import SupervisorClient, owned_by_stack
+from ..logs import get_logger
 from .engine import Engine, update_conflicts
 from .errors import StackNotFoundError, StackStateError, TemplateValidationError
 from .masking import mask, masked_parameters, secret_values
@@ -21,7 +30,7 @@ from .model import (
     StackRecord,
     utc_now,
 )
-from .plan import StackIdentity, build_plan
+from .plan import Plan, StackIdentity, build_plan, http_configs, service_tokens
 from .protocol import Deliverer
 from .state import StackStore
 from .template import load_template
@@ -34,13 +43,58 @@ UPDATABLE_STATUSES = frozenset(
 )
 
 EventCallback = Callable[[StackEvent], None]
+Operation = Literal["create", "update", "delete"]
 
+
+_log = get_logger("emulator")
 
 def _check_name(name: str) -> None:
     if not isinstance(name, str) or not _STACK_NAME.fullmatch(name):
         raise StackStateError(
-            f"stack name {name!r}: must be 1-255 letters, digits, '_' or '-', starting with a letter or digit"
+            f"stack name {name!r}: must be 1-255 letters, digits, '_' or '-', starting with a letter or digit",
+            kind=StackStateError.INVALID_NAME, stack=str(name),
         )
+
+
+def _exists(record: StackRecord) -> StackStateError:
+    updatable = record.status in UPDATABLE_STATUSES
+    return StackStateError(
+        f"stack '{record.name}' already exists (status {record.status}); delete it first",
+        kind=StackStateError.EXISTS, stack=record.name, status=record.status,
+        next_operations=("update", "delete") if updatable else ("delete",),
+    )
+
+
+def _not_updatable(record: StackRecord) -> StackStateError:
+    return StackStateError(
+        f"stack '{record.name}' cannot be updated in status {record.status}",
+        kind=StackStateError.NOT_UPDATABLE, stack=record.name, status=record.status, next_operations=("delete", "create"),
+    )
+
+
+def _changed(record: StackRecord, operation: str) -> StackStateError:
+    return StackStateError(
+        f"stack '{record.name}' was replaced by another process after this {operation} was prepared",
+        kind=StackStateError.CHANGED, stack=record.name, status=record.status, next_operations=(operation,),
+    )
+
+
+@dataclass(frozen=True)
+class PreparedOperation:
+    """A stack operation checked and planned once, ready for `StackEmulator.run`.
+
+    `service_tokens` (token -> logical ids) are the tokens a create or update calls that are known
+    before anything runs (a delete calls the recorded ones); `http_configs` the evaluated
+    HttpConfig of each resource that sets one (for `web:` delivery). `stack_id` pins the stack:
+    if another process replaces it before the run, the run refuses."""
+
+    operation: Operation
+    name: str
+    stack_id: str
+    template_text: str
+    plan: Plan | None = None
+    service_tokens: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    http_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class StackEmulator:
@@ -80,6 +134,145 @@ class StackEmulator:
         identity = StackIdentity(name, str(uuid.uuid4()), self.region, self.account_id)
         build_plan(load_template(template_text), parameters or {}, identity)
 
+    def prepare(
+        self,
+        operation: Operation,
+        name: str,
+        template_text: str | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        *,
+        use_previous_parameters: bool = True,
+    ) -> PreparedOperation:
+        """Check the stack's state, parse the template and plan the operation, once.
+
+        `template_text` is required for a create; an update without one keeps the current
+        template, and its parameters not given keep their values (for parameters the template
+        still declares) unless `use_previous_parameters` is false. Raises StackNotFoundError,
+        StackStateError (with its fields) or TemplateValidationError; nothing is stored or sent."""
+        if operation == "create":
+            return self._prepare_create(name, template_text, parameters)
+        record = self._load_settled(name)
+        self._refuse_busy(record)
+        if operation == "update":
+            return self._prepare_update(record, template_text, parameters, use_previous_parameters)
+        if operation == "delete":
+            return self._prepare_delete(record)
+        raise ValueError(f"operation must be create, update or delete, got {operation!r}")
+
+    def _prepare_create(self, name: str, template_text: str | None, parameters: Mapping[str, Any] | None) -> PreparedOperation:
+        _check_name(name)
+        if template_text is None:
+            raise ValueError("a create needs the template text")
+        existing = self.settled_record(name)
+        if existing is not None and existing.status != "DELETE_COMPLETE":
+            self._refuse_busy(existing)
+            raise _exists(existing)
+        identity = StackIdentity(name, str(uuid.uuid4()), self.region, self.account_id)
+        plan = build_plan(load_template(template_text), parameters or {}, identity)
+        return PreparedOperation("create", name, identity.stack_id, template_text, plan,
+                                 service_tokens(plan), http_configs(plan))
+
+    def _prepare_update(
+        self, record: StackRecord, template_text: str | None, parameters: Mapping[str, Any] | None, use_previous: bool
+    ) -> PreparedOperation:
+        if record.status not in UPDATABLE_STATUSES:
+            raise _not_updatable(record)
+        text = template_text if template_text is not None else record.template_text
+        template = load_template(text)
+        given = dict(parameters or {})
+        if use_previous:  # previous values carry over only for parameters the (new) template still declares
+            for key, value in record.parameters.items():
+                if key in template.parameters and key not in given:
+                    given[key] = value
+        identity = StackIdentity(record.name, record.stack_id, record.region, record.account_id)
+        plan = build_plan(template, given, identity)
+        conflicts = update_conflicts(record, plan)
+        if conflicts:
+            raise TemplateValidationError(conflicts)
+        return PreparedOperation("update", record.name, record.stack_id, text, plan,
+                                 service_tokens(plan), http_configs(plan))
+
+    def _prepare_delete(self, record: StackRecord) -> PreparedOperation:
+        configs: dict[str, dict[str, Any]] = {}
+        if record.status != "DELETE_COMPLETE":
+            template = load_template(record.template_text)
+            if any(spec.http_config is not None for spec in template.resources.values()):
+                identity = StackIdentity(record.name, record.stack_id, record.region, record.account_id)
+                configs = http_configs(build_plan(template, record.parameters, identity))
+        return PreparedOperation("delete", record.name, record.stack_id, record.template_text, http_configs=configs)
+
+    def run(
+        self,
+        prepared: PreparedOperation,
+        deliver: Deliverer,
+        *,
+        disable_rollback: bool = False,
+        on_event: EventCallback | None = None,
+    ) -> StackDescription:
+        """Run a prepared operation under the stack's operation lock (one at a time, across processes)."""
+        with self._operation(prepared.name):
+            engine = self._engine(deliver, on_event)
+            if prepared.operation == "create":
+                record = self._new_record(prepared, disable_rollback)
+                plan = prepared.plan
+                assert plan is not None
+                self._guarded(record, "CREATE_FAILED", lambda: engine.create(record, plan, disable_rollback))
+                return self._describe(record)
+            record = self._load(prepared.name)
+            if record.stack_id != prepared.stack_id:
+                raise _changed(record, prepared.operation)
+            if prepared.operation == "update":
+                self._run_update(record, prepared, engine, disable_rollback)
+            elif record.status != "DELETE_COMPLETE":
+                self._guarded(record, "DELETE_FAILED", lambda: engine.delete(record))
+                if record.status == "DELETE_COMPLETE":
+                    self._stop_leftover_processes(record)
+            return self._describe(record)
+
+    def _stop_leftover_processes(self, record: StackRecord) -> None:
+        """A deleted stack leaves no process behind: stop what its resources' local backends started
+        under the supervisor (owner `<stack id>/<logical id>`) and their providers did not stop."""
+        client = SupervisorClient(self.store.home)
+        try:
+            owners = sorted({s.owner for s in client.list() if owned_by_stack(s.owner, record.stack_id)})
+            for owner in owners:
+                stopped = client.stop_owner(owner, forget=True)
+                _log.warning("stopped processes a deleted resource left running",
+                             extra={"fields": {"owner": owner, "processes": [s.name for s in stopped]}})
+        except Exception as exc:  # noqa: BLE001 - the stack is deleted; say what may still run
+            _log.error("could not check for processes the stack left running; see `crhelper supervisor status`",
+                       extra={"fields": {"StackId": record.stack_id, "error": str(exc)}})
+
+    def _new_record(self, prepared: PreparedOperation, disable_rollback: bool) -> StackRecord:
+        """The record of a stack being created; a deleted stack of the same name is forgotten first."""
+        assert prepared.plan is not None
+        existing = self.store.load(prepared.name)
+        if existing is not None and existing.status != "DELETE_COMPLETE":
+            raise _exists(existing)
+        if existing is not None:
+            self.store.remove(existing)
+        return StackRecord(
+            stack_id=prepared.stack_id,
+            name=prepared.name,
+            region=self.region,
+            account_id=self.account_id,
+            template_text=prepared.template_text,
+            parameters=prepared.plan.parameter_values(),
+            no_echo=prepared.plan.no_echo,
+            status="CREATE_IN_PROGRESS",
+            disable_rollback=disable_rollback,
+        )
+
+    def _run_update(self, record: StackRecord, prepared: PreparedOperation, engine: Engine, disable_rollback: bool) -> None:
+        plan = prepared.plan
+        assert plan is not None
+        if record.status not in UPDATABLE_STATUSES:
+            raise _not_updatable(record)
+        conflicts = update_conflicts(record, plan)  # again: the record may have moved on since prepare
+        if conflicts:
+            raise TemplateValidationError(conflicts)
+        self._guarded(record, "UPDATE_FAILED", lambda: engine.update(record, plan, prepared.template_text, disable_rollback))
+
     def create(
         self,
         name: str,
@@ -90,40 +283,8 @@ class StackEmulator:
         disable_rollback: bool = False,
         on_event: EventCallback | None = None,
     ) -> StackDescription:
-        _check_name(name)
-        with self._operation(name):
-            return self._create(name, template_text, parameters, deliver, disable_rollback, on_event)
-
-    def _create(
-        self,
-        name: str,
-        template_text: str,
-        parameters: Mapping[str, Any] | None,
-        deliver: Deliverer,
-        disable_rollback: bool,
-        on_event: EventCallback | None,
-    ) -> StackDescription:
-        existing = self.store.load(name)
-        if existing is not None and existing.status != "DELETE_COMPLETE":
-            raise StackStateError(f"stack '{name}' already exists (status {existing.status}); delete it first")
-        identity = StackIdentity(name, str(uuid.uuid4()), self.region, self.account_id)
-        plan = build_plan(load_template(template_text), parameters or {}, identity)
-        if existing is not None:
-            self.store.remove(existing)
-        record = StackRecord(
-            stack_id=identity.stack_id,
-            name=name,
-            region=self.region,
-            account_id=self.account_id,
-            template_text=template_text,
-            parameters=plan.parameter_values(),
-            no_echo=plan.no_echo,
-            status="CREATE_IN_PROGRESS",
-            disable_rollback=disable_rollback,
-        )
-        engine = self._engine(deliver, on_event)
-        self._guarded(record, "CREATE_FAILED", lambda: engine.create(record, plan, disable_rollback))
-        return self._describe(record)
+        prepared = self.prepare("create", name, template_text, parameters)
+        return self.run(prepared, deliver, disable_rollback=disable_rollback, on_event=on_event)
 
     def update(
         self,
@@ -137,52 +298,12 @@ class StackEmulator:
         use_previous_parameters: bool = True,
     ) -> StackDescription:
         """Update to a new template (None keeps the current one); unset parameters keep their values."""
-        with self._operation(name):
-            return self._update(name, template_text, parameters, deliver, disable_rollback, on_event, use_previous_parameters)
-
-    def _update(
-        self,
-        name: str,
-        template_text: str | None,
-        parameters: Mapping[str, Any] | None,
-        deliver: Deliverer,
-        disable_rollback: bool,
-        on_event: EventCallback | None,
-        use_previous_parameters: bool,
-    ) -> StackDescription:
-        record = self._load(name)
-        if record.status not in UPDATABLE_STATUSES:
-            raise StackStateError(f"stack '{name}' cannot be updated in status {record.status}")
-        text = template_text if template_text is not None else record.template_text
-        template = load_template(text)
-        given = dict(parameters or {})
-        if use_previous_parameters:
-            for key, value in record.parameters.items():
-                if key in template.parameters and key not in given:
-                    given[key] = value
-        identity = StackIdentity(record.name, record.stack_id, record.region, record.account_id)
-        plan = build_plan(template, given, identity)
-        conflicts = update_conflicts(record, plan)
-        if conflicts:
-            raise TemplateValidationError(conflicts)
-        engine = self._engine(deliver, on_event)
-        self._guarded(record, "UPDATE_FAILED", lambda: engine.update(record, plan, text, disable_rollback))
-        return self._describe(record)
+        prepared = self.prepare("update", name, template_text, parameters, use_previous_parameters=use_previous_parameters)
+        return self.run(prepared, deliver, disable_rollback=disable_rollback, on_event=on_event)
 
     def delete(self, name: str, deliver: Deliverer, *, on_event: EventCallback | None = None) -> StackDescription:
         """Delete every resource (Retain ones get no request); a deleted stack stays describable."""
-        with self._operation(name):
-            return self._delete(name, deliver, on_event)
-
-    def _delete(self, name: str, deliver: Deliverer, on_event: EventCallback | None) -> StackDescription:
-        record = self._load(name)
-        if record.status == "DELETE_COMPLETE":
-            return self._describe(record)
-        if record.status.endswith("_IN_PROGRESS"):
-            raise StackStateError(f"stack '{name}' cannot be deleted in status {record.status}")
-        engine = self._engine(deliver, on_event)
-        self._guarded(record, "DELETE_FAILED", lambda: engine.delete(record))
-        return self._describe(record)
+        return self.run(self.prepare("delete", name), deliver, on_event=on_event)
 
     # ------------------------------------------------------------------ queries
 
@@ -224,9 +345,7 @@ class StackEmulator:
         process that died (SIGKILL, power loss) is marked FAILED so it can be updated or deleted."""
         owner = self.store.claim_operation(name)
         if owner is not None:
-            raise StackStateError(
-                f"stack '{name}' is busy: crhelper process {owner[0]} on {owner[1]} is running an operation on it"
-            )
+            raise self._busy(name, owner)
         try:
             record = self.store.load(name)
             if record is not None and record.status.endswith("_IN_PROGRESS"):
@@ -234,6 +353,20 @@ class StackEmulator:
             yield
         finally:
             self.store.release_operation(name)
+
+    @staticmethod
+    def _busy(name: str, owner: tuple[int, str], status: str | None = None) -> StackStateError:
+        return StackStateError(
+            f"stack '{name}' is busy: crhelper process {owner[0]} on {owner[1]} is running an operation on it",
+            kind=StackStateError.BUSY, stack=name, status=status, next_operations=("events",),
+        )
+
+    def _refuse_busy(self, record: StackRecord) -> None:
+        """A settled record still *_IN_PROGRESS has a live owner: say who, before anything is planned."""
+        if record.status.endswith("_IN_PROGRESS"):
+            owner = self.store.operation_owner(record.name)
+            if owner is not None:
+                raise self._busy(record.name, owner, record.status)
 
     def _mark_interrupted(self, record: StackRecord) -> None:
         reason = "interrupted: the crhelper process running this operation stopped before it finished"

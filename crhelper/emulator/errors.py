@@ -26,7 +26,26 @@ class StackNotFoundError(EmulatorError):
 
 
 class StackStateError(EmulatorError):
-    """The requested operation is not allowed in the stack's current status."""
+    """The requested operation is not allowed in the stack's current status.
+
+    `kind` says why (one of the constants below), `status` is the stack's status then (None when
+    it has none), and `next_operations` the stack operations that would get it unstuck, best
+    first ("events" means: watch the operation that is running), so callers choose their advice
+    from fields rather than from the wording of the message."""
+
+    BUSY = "busy"
+    EXISTS = "exists"
+    NOT_UPDATABLE = "not-updatable"
+    INVALID_NAME = "invalid-name"
+    CHANGED = "changed"
+
+    def __init__(self, message: str, *, kind: str, stack: str, status: str | None = None,
+                 next_operations: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.stack = stack
+        self.status = status
+        self.next_operations = next_operations
 
 
 class ResolutionError(EmulatorError):

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..constants import MAX_ROS_TIMEOUT
 from .errors import ResolutionError, TemplateValidationError
 from .graph import DependencyGraph
 from .intrinsics import NO_VALUE, UNKNOWN, Evaluator, references
@@ -16,7 +17,7 @@ from .template import OutputSpec, ResourceSpec, Template
 
 DEFAULT_TIMEOUT = 60.0
 MIN_TIMEOUT = 1.0
-MAX_TIMEOUT = 43200.0
+MAX_TIMEOUT = MAX_ROS_TIMEOUT
 #: `web[sync]` tokens ignore Timeout; ROS waits for the HTTP reply for a fixed 10 s (spec §3.4).
 SYNC_WEB_TIMEOUT = 10.0
 MAX_SERVICE_TOKEN_CHARS = 512
@@ -137,6 +138,35 @@ def resource_settings(plan: Plan, spec: ResourceSpec, lookup: ResourceLookup, dr
     if parameters is not UNKNOWN and not isinstance(parameters, dict):
         raise ResolutionError(f"{path}.Parameters", f"must be a map, got {type(parameters).__name__}")
     return token, timeout, parameters
+
+
+def http_configs(plan: Plan) -> dict[str, dict[str, Any]]:
+    """LogicalResourceId -> evaluated HttpConfig, for active resources that set one.
+
+    HttpConfig is a ROS-side setting, not part of the request, so the deliverer gets it from here.
+    It may use parameters and pseudo parameters (typically `SignKey: {Ref: NoEchoKey}`), not other
+    resources' attributes."""
+    configs: dict[str, dict[str, Any]] = {}
+    for name, spec in plan.resources.items():
+        if spec.http_config is None:
+            continue
+        path = f"Resources.{name}.Properties.HttpConfig"
+        value = plan.evaluate(spec.http_config, path, _no_resources)
+        if not isinstance(value, dict):
+            raise ResolutionError(path, "must be a map with ContentType, Headers and/or SignKey; locally it may use only parameters")
+        configs[name] = value
+    return configs
+
+
+def service_tokens(plan: Plan) -> dict[str, tuple[str, ...]]:
+    """ServiceToken -> logical ids, for the tokens known before anything runs (not those that
+    come from another resource's attributes)."""
+    tokens: dict[str, list[str]] = {}
+    for name, spec in plan.resources.items():
+        token = plan.evaluate(spec.service_token, f"Resources.{name}.Properties.ServiceToken", _no_resources, dry_run=True)
+        if isinstance(token, str):
+            tokens.setdefault(token, []).append(name)
+    return {token: tuple(names) for token, names in tokens.items()}
 
 
 def _check_timeout(value: Any, path: str) -> float:

@@ -1,4 +1,4 @@
-"""Persists stacks in sqlite under $CRHELPER_HOME (default ~/.crhelper), file `stacks.sqlite`.
+"""Persists stacks in sqlite under $CRHELPER_HOME (default ~/.crhelper, `crhelper.paths.home()`), file `stacks.sqlite`.
 
 Every CLI invocation is a new process, so the store is the only memory the emulator has:
 stack status changes rewrite the stack row and its resource rows in one transaction, resource
@@ -19,7 +19,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .. import paths
 from .model import ResourceRecord, StackEvent, StackRecord
+from ..holder import process_alive
 
 DB_FILE = "stacks.sqlite"
 
@@ -63,27 +65,6 @@ CREATE TABLE IF NOT EXISTS operations (
 """
 
 
-def process_alive(pid: int) -> bool:
-    """Whether a process of this machine still runs (a zombie counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return stat.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-def default_home() -> Path:
-    """$CRHELPER_HOME, else ~/.crhelper."""
-    configured = os.environ.get("CRHELPER_HOME")
-    return Path(configured).expanduser() if configured else Path.home() / ".crhelper"
-
-
 def _dump(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
@@ -97,7 +78,7 @@ class StackStore:
     """Load, save and list stacks through one lazily opened connection (close() releases it)."""
 
     def __init__(self, home: str | os.PathLike[str] | None = None) -> None:
-        self.home = Path(home).expanduser() if home is not None else default_home()
+        self.home = Path(home).expanduser() if home is not None else paths.home()
         self.path = self.home / DB_FILE
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
@@ -137,14 +118,20 @@ class StackStore:
             db.execute("INSERT OR REPLACE INTO operations (name, pid, host) VALUES (?, ?, ?)", (name, me, host))
         return None
 
-    def operation_live(self, name: str) -> bool:
-        """Whether a process is still running an operation on the stack: one recorded on another
-        machine counts as live (it cannot be checked), one of this machine only while it runs."""
+    def operation_owner(self, name: str) -> tuple[int, str] | None:
+        """The (pid, host) of the process running an operation on the stack, while it runs: one
+        recorded on another machine counts as running (it cannot be checked), one of this machine
+        only while its process lives."""
         with self._connect() as db:
             row = db.execute("SELECT pid, host FROM operations WHERE name = ?", (name,)).fetchone()
         if row is None:
-            return False
-        return bool(row[1] != socket.gethostname() or process_alive(int(row[0])))
+            return None
+        owner = (int(row[0]), str(row[1]))
+        return owner if owner[1] != socket.gethostname() or process_alive(owner[0]) else None
+
+    def operation_live(self, name: str) -> bool:
+        """Whether a process is still running an operation on the stack (see `operation_owner`)."""
+        return self.operation_owner(name) is not None
 
     def release_operation(self, name: str) -> None:
         with self._connect() as db:

@@ -42,6 +42,8 @@ class ResourceSpec:
     condition: str | None
     depends_on: tuple[str, ...]
     deletion_policy: str
+    #: ROS-side delivery settings for `web:` tokens (ContentType, Headers, SignKey); None when absent.
+    http_config: Any = None
 
 
 @dataclass(frozen=True)
@@ -216,6 +218,7 @@ def _resource(name: str, raw: Any, scope: Scope, errors: list[str]) -> ResourceS
         condition=condition,
         depends_on=tuple(dict.fromkeys(depends_on)),
         deletion_policy=policy if policy in DELETION_POLICIES else "Delete",
+        http_config=properties.get("HttpConfig"),
     )
 
 

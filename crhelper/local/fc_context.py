@@ -2,6 +2,8 @@
 
 Field names follow the FC docs (https://www.alibabacloud.com/help/en/functioncompute/user-guide/context-1):
 `request_id`, `credentials`, `function`, `service`, `region`, `account_id`, `tracing`, `logger`.
+`credentials` is the shared `crhelper.cloud.credentials.Credentials` (the role's STS key:
+`access_key_id`, `access_key_secret`, `security_token`; its repr shows the key id only).
 FC has no remaining-time helper, so `deadline` (epoch seconds) is added: the moment the local
 server kills the invocation.
 """
@@ -11,17 +13,7 @@ import logging
 import time
 from typing import Any, Mapping
 
-
-class Credentials:
-    """Temporary STS credentials of the function's role."""
-
-    def __init__(self, access_key_id: str, access_key_secret: str, security_token: str) -> None:
-        self.access_key_id = access_key_id
-        self.access_key_secret = access_key_secret
-        self.security_token = security_token
-
-    def __repr__(self) -> str:
-        return f"Credentials(access_key_id={self.access_key_id!r})"
+from crhelper.cloud.credentials import Credentials
 
 
 class FunctionMeta:

@@ -24,7 +24,6 @@ HEADER_ASYNC_DELAY = "x-fc-async-delay"
 HEADER_LOG_TYPE = "x-fc-log-type"
 HEADER_LOG_RESULT = "x-fc-log-result"
 HEADER_ERROR_TYPE = "x-fc-error-type"
-HEADER_SECURITY_TOKEN = "x-fc-security-token"
 HEADER_DURATION = "x-fc-invocation-duration"
 
 UNHANDLED_INVOCATION_ERROR = "UnhandledInvocationError"

@@ -3,8 +3,8 @@
 A fresh process per invocation keeps handlers isolated (module state, env vars, crashes) and
 makes the timeout kill exact: the worker runs in its own process group, so a SIGKILL of the
 group also ends anything the handler spawned. Being in its own session, a worker would outlive a
-SIGKILLed endpoint; it is told the endpoint's pid (PARENT_PID_ENV) and dies with it
-(`fc_worker.die_with_parent`).
+SIGKILLed endpoint; it is started with the one-invocation lifetime of `crhelper.local.supervisor`
+(`start_process(die_with_parent=True)`) and dies with the endpoint.
 """
 from __future__ import annotations
 
@@ -24,9 +24,8 @@ from crhelper.local.fc_auth import AccessKey
 from crhelper.local.fc_context import context_payload
 from crhelper.local.fc_protocol import timeout_error
 from crhelper.local.fc_registry import FunctionSpec
-from crhelper.local.fc_worker import PARENT_PID_ENV
+from crhelper.local.supervisor import python_env, signal_group, start_process
 
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 _DRAIN_SECONDS = 5.0
 
 
@@ -61,10 +60,9 @@ class InvocationResult:
 def function_environment(request: InvocationRequest, base: Mapping[str, str]) -> dict[str, str]:
     """The worker's environment: FC's runtime variables, then the function's own variables."""
     spec = request.spec
-    env = dict(base)
+    env = python_env(base)
     env.update({
         "PYTHONUNBUFFERED": "1",
-        "PYTHONPATH": os.pathsep.join(p for p in (_PACKAGE_ROOT, base.get("PYTHONPATH", "")) if p),
         "FC_ACCOUNT_ID": request.account_id,
         "FC_REGION": request.region,
         "FC_SERVICE_NAME": spec.service,
@@ -78,7 +76,6 @@ def function_environment(request: InvocationRequest, base: Mapping[str, str]) ->
         "CRHELPER_FC_ENDPOINT": request.endpoint,
     })
     env.update(spec.env)
-    env[PARENT_PID_ENV] = str(os.getpid())
     return env
 
 
@@ -148,10 +145,10 @@ class ProcessRunner:
                 return InvocationResult("error", b"", {"errorMessage": "server is stopping",
                                                        "errorType": "ServerStopping",
                                                        "stackTrace": []}, b"", started, started)
-            proc = subprocess.Popen(
+            proc = start_process(
                 [self._python, "-m", "crhelper.local.fc_worker"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                env=function_environment(request, os.environ), start_new_session=True)
+                env=function_environment(request, os.environ), die_with_parent=True)
             self._live.add(proc)
         try:
             try:
@@ -182,10 +179,7 @@ class ProcessRunner:
 
     @staticmethod
     def _kill(proc: subprocess.Popen[bytes]) -> None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        signal_group(proc.pid, signal.SIGKILL)
 
     def kill_all(self) -> None:
         """Refuse new workers and SIGKILL the process groups of running ones."""

@@ -13,20 +13,21 @@ import argparse
 import logging
 import os
 import secrets
-import signal
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from types import TracebackType
-from typing import Any, Mapping, Sequence, cast
+from typing import Any, Mapping, Sequence
 from urllib.parse import urlsplit
 
+from crhelper.cloud.credentials import Credentials, missing_hint
 from crhelper.local.fc_api import ApiResponse, AsyncSettings, FcApi
 from crhelper.local.fc_auth import MAX_CLOCK_SKEW_SECONDS, AccessKey
 from crhelper.local.fc_protocol import FcApiError
 from crhelper.local.fc_records import InvocationJournal, InvocationRecord
 from crhelper.local.fc_registry import FunctionRegistry, FunctionSpec
 from crhelper.local.fc_runner import ProcessRunner
+from crhelper.servers import LocalHTTPServer, ServerThread
+from crhelper.signals import stop_requested
 
 _log = logging.getLogger(__name__)
 
@@ -50,10 +51,9 @@ def _read_chunked(rfile: Any) -> bytes:
         rfile.readline()
 
 
-class _FcHttpServer(ThreadingHTTPServer):
-    #: A stack operation answers dozens of requests at once; the stdlib default backlog of 5 resets them.
-    request_queue_size = 128
-    daemon_threads = True
+class _FcHttpServer(LocalHTTPServer):
+    """The HTTP side of one LocalFunctionCompute; handlers reach its API through the server."""
+
     api: FcApi
 
 
@@ -130,7 +130,7 @@ class LocalFunctionCompute:
         self._journal = InvocationJournal()
         self._server: _FcHttpServer | None = None
         self._api: FcApi | None = None
-        self._thread: threading.Thread | None = None
+        self._serving: ServerThread | None = None
 
     @property
     def access_key_id(self) -> str:
@@ -144,9 +144,7 @@ class LocalFunctionCompute:
     def endpoint(self) -> str:
         if self._server is None:
             raise RuntimeError("LocalFunctionCompute is not started; call start() first")
-        # An AF_INET server's address is always (host, port); the stub also allows AF_UNIX bytes.
-        host, port = cast("tuple[str, int]", self._server.server_address[:2])
-        return f"http://{host}:{port}"
+        return f"http://{self._server.host}:{self._server.port}"
 
     def register(self, service: str, function: str, handler: str, timeout: float = 60,
                  memory: int = 128, env: Mapping[str, str] | None = None,
@@ -170,23 +168,21 @@ class LocalFunctionCompute:
                           async_settings=self._async, max_clock_skew=self._max_skew)
         server.api = self._api
         self._api.start()
-        self._thread = threading.Thread(target=server.serve_forever, name="fc-local-http",
-                                        daemon=True)
-        self._thread.start()
+        self._serving = ServerThread(server, "fc-local-http").start()
         return self
 
     def stop(self) -> None:
         """Stop serving, kill running workers and drop queued async invocations."""
-        if self._server is None:
+        if self._server is None or self._serving is None:
             return
-        self._server.shutdown()
+        # Workers die while their connections are still open, so a caller waiting on a sync
+        # invocation gets FC's error answer rather than a reset.
+        self._serving.stop_accepting()
         if self._api is not None:
             self._api.stop()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join()
+        self._serving.stop(join=None)
         self._server = None
-        self._thread = None
+        self._serving = None
 
     def __enter__(self) -> "LocalFunctionCompute":
         return self.start()
@@ -254,24 +250,20 @@ def _arg_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _arg_parser().parse_args(argv)
-    key_id = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_ID", "")
-    key_secret = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "")
-    if not key_id or not key_secret:
-        print("environment variables ALIBABA_CLOUD_ACCESS_KEY_ID and ALIBABA_CLOUD_ACCESS_KEY_SECRET"
-              " must name the access key callers sign with", file=sys.stderr)
+    caller = Credentials.from_env()
+    if caller is None:
+        print(f"no access key for callers to sign with: {missing_hint()}", file=sys.stderr)
         return 2
-    fc = LocalFunctionCompute(host=args.host, port=args.port, access_keys={key_id: key_secret},
+    fc = LocalFunctionCompute(host=args.host, port=args.port,
+                              access_keys={caller.access_key_id: caller.access_key_secret},
                               account_id=args.account_id, region=args.region,
                               max_async_retries=args.max_async_retries, code_paths=args.code_path)
     for service, function, handler in args.function:
         fc.register(service, function, handler, timeout=args.timeout, memory=args.memory,
                     env=dict(args.env))
-    stopped = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
-    signal.signal(signal.SIGINT, lambda *_: stopped.set())
-    with fc:
+    with stop_requested() as stop, fc:
         print(f"FC endpoint {fc.endpoint} account {fc.account_id} region {fc.region}", flush=True)
-        stopped.wait()
+        stop.wait()
     return 0
 
 

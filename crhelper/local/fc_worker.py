@@ -4,71 +4,31 @@ Run as `python -m crhelper.local.fc_worker`. The job arrives as JSON on stdin. T
 written as JSON to the original stdout, while fd 1 is pointed at stderr so everything the
 handler prints (stdout, stderr, logging) lands in one log stream the parent captures.
 
-A worker dies with the endpoint that started it (`die_with_parent`): the worker runs in its own
-session, so nothing else would end it when the endpoint is SIGKILLed (a killed `crhelper stack`
-run would leave providers running, and answering, a stack no one waits for).
+A worker dies with the endpoint that started it (`crhelper.local.supervisor.die_with_parent`, the
+one-invocation lifetime): the worker runs in its own session, so nothing else would end it when
+the endpoint is SIGKILLed (a killed `crhelper stack` run would leave providers running, and
+answering, a stack no one waits for).
 """
 from __future__ import annotations
 
 import base64
-import ctypes
 import importlib
 import json
 import logging
 import os
-import signal
 import sys
-import threading
 import time
 import traceback
 from typing import Any, Callable
 
 from crhelper.local.fc_context import FCContext, build_context
 from crhelper.local.fc_registry import split_handler
+from crhelper.local.supervisor import PARENT_PID_ENV, die_with_parent
+
+#: PARENT_PID_ENV stays importable from here: stand-in endpoints (tests) set it to start a worker by hand.
+__all__ = ["PARENT_PID_ENV", "encode_result", "main", "run_job"]
 
 _LOG_FORMAT = "%(asctime)s %(request_id)s [%(levelname)s] %(message)s"
-
-#: The endpoint's pid, set by the runner; the worker removes it from its environment at start.
-PARENT_PID_ENV = "CRHELPER_FC_PARENT_PID"
-_PR_SET_PDEATHSIG = 1
-_ORPHAN_POLL_SECONDS = 0.5
-
-
-def _set_parent_death_signal() -> bool:
-    """Linux: have the kernel SIGKILL this process when its parent dies; False where unsupported."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def _watch_parent(parent: int) -> None:
-    """Fallback without prctl: poll the parent pid and kill this worker's process group when orphaned."""
-    while os.getppid() == parent:
-        time.sleep(_ORPHAN_POLL_SECONDS)
-    if os.getpgrp() == os.getpid():  # our own group (the runner starts a new session): take the handler's children too
-        os.killpg(os.getpgrp(), signal.SIGKILL)
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def die_with_parent() -> None:
-    """End this worker as soon as the endpoint that started it is gone, even by SIGKILL.
-
-    The death signal is set in the child itself (no preexec_fn: unsafe with threads); checking
-    the parent pid afterwards closes the race where the parent died before the prctl call.
-    """
-    expected = os.environ.pop(PARENT_PID_ENV, "")
-    if not expected.isdigit():  # not started by ProcessRunner (e.g. by hand): leave it alone
-        return
-    parent = int(expected)
-    armed = _set_parent_death_signal()
-    if os.getppid() != parent:  # orphaned already: the signal was armed too late to fire
-        os._exit(1)
-    if not armed:
-        threading.Thread(target=_watch_parent, args=(parent,), name="fc-worker-orphan-watch", daemon=True).start()
 
 
 class _RequestIdFilter(logging.Filter):

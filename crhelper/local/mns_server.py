@@ -15,13 +15,10 @@ import argparse
 import json
 import logging
 import secrets
-import signal
-import socket
-import threading
 import time
 import uuid
 from email.utils import formatdate
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
@@ -39,6 +36,8 @@ from crhelper.local.mns_state import (
     invalid_argument,
     ranged_int,
 )
+from crhelper.servers import LocalHTTPServer, ServerThread
+from crhelper.signals import stop_requested
 
 __all__ = ["LocalMNS", "main", "CERT_PATH"]
 
@@ -377,39 +376,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(reply.body)
 
 
-class _Server(ThreadingHTTPServer):
-    """Tracks open connections so ``stop`` can end keep-alive handler threads too."""
-
-    #: A stack operation answers dozens of requests at once; the stdlib default backlog of 5 resets them.
-    request_queue_size = 128
+class _Server(LocalHTTPServer):
+    """The HTTP side of one LocalMNS. Handler threads are joined on stop (a long-poll receive
+    must not outlive its account), after ``close_connections`` has ended idle keep-alive ones."""
 
     daemon_threads = False
     block_on_close = True
 
     def __init__(self, address: tuple[str, int], owner: "LocalMNS") -> None:
         self.owner = owner
-        self._open: set[socket.socket] = set()
-        self._open_lock = threading.Lock()
         super().__init__(address, _Handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._open_lock:
-            self._open.add(request)
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request: Any) -> None:
-        with self._open_lock:
-            self._open.discard(request)
-        super().shutdown_request(request)
-
-    def close_connections(self) -> None:
-        with self._open_lock:
-            conns = list(self._open)
-        for conn in conns:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 class LocalMNS:
@@ -439,7 +415,7 @@ class LocalMNS:
         self.retry_time_scale = retry_time_scale
         self.push_timeout = push_timeout
         self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self._serving: ServerThread | None = None
         self._identity: SigningIdentity | None = None
         self.broker: Broker | None = None
         self.pusher: Pusher | None = None
@@ -452,28 +428,21 @@ class LocalMNS:
         self._identity = make_signing_identity()
         self.broker = Broker()
         self._server = _Server((self.host, self.port), self)
-        self.port = self._server.server_address[1]
+        self.port = self._server.port
         self.pusher = Pusher(self.broker, self._identity, lambda: self.cert_url, self.account_id,
                              self.retry_time_scale, self.push_timeout)
         self.api = MnsApi(self.broker, self.pusher, lambda: self.endpoint, self.account_id)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.05,), name="local-mns", daemon=True
-        )
-        self._thread.start()
+        self._serving = ServerThread(self._server, "local-mns").start()
         return self
 
     def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is None:
+        serving, self._server, self._serving = self._serving, None, None
+        if serving is None:
             return
         assert self.broker is not None and self.pusher is not None
-        self.broker.close()
-        server.shutdown()
-        server.close_connections()
-        server.server_close()
+        self.broker.close()  # wakes long-poll receives
+        serving.stop()
         self.pusher.close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
 
     def __enter__(self) -> "LocalMNS":
         return self.start()
@@ -552,10 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     mns = LocalMNS(args.host, args.port, account_id=args.account_id, region=args.region,
                    access_key_id=args.access_key_id, access_key_secret=args.access_key_secret,
                    retry_time_scale=args.retry_time_scale)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    with mns:
+    with stop_requested() as stop, mns:
         info = {"endpoint": mns.endpoint, "account_id": mns.account_id, "region": mns.region,
                 "access_key_id": mns.access_key_id, "cert_url": mns.cert_url}
         if generated:

@@ -14,25 +14,14 @@ import ssl
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Mapping, cast
+from http.server import BaseHTTPRequestHandler
+from typing import Any, Mapping
 from urllib.parse import parse_qs, urlsplit
 
 from ..invariants import body_violations, header_violations
+from ..servers import LocalHTTPServer, ServerThread
 
 URL_LIFETIME_SECONDS = 43_200 + 3_600
-
-
-class _QuietServer(ThreadingHTTPServer):
-    """Clients that give up mid-reply (read timeouts under test) are expected, not worth a traceback."""
-
-    #: A stack operation answers dozens of requests at once; the stdlib default backlog of 5 resets them.
-    request_queue_size = 128
-
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        return
 
 
 @dataclass
@@ -69,30 +58,23 @@ class ResponseServer:
         self._lock = threading.Condition()
         self.captures: list[Capture] = []
         self.violations: list[str] = []
-        self._httpd = _QuietServer((host, port), self._handler_class())
-        self._httpd.daemon_threads = True
+        self._httpd = LocalHTTPServer((host, port), self._handler_class())
         if ssl_context is not None:
             self._httpd.socket = ssl_context.wrap_socket(self._httpd.socket, server_side=True)
         self.scheme = "https" if ssl_context is not None else "http"
-        self._thread: threading.Thread | None = None
+        self._serving = ServerThread(self._httpd, "response-server")
 
     # lifecycle -----------------------------------------------------------------
     @property
     def base_url(self) -> str:
-        # An AF_INET server's address is always (host, port); the stub also allows AF_UNIX bytes.
-        host, port = cast("tuple[str, int]", self._httpd.server_address[:2])
-        return f"{self.scheme}://{host}:{port}"
+        return f"{self.scheme}://{self._httpd.host}:{self._httpd.port}"
 
     def start(self) -> "ResponseServer":
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), name="response-server", daemon=True)
-        self._thread.start()
+        self._serving.start()
         return self
 
     def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        if self._thread:
-            self._thread.join(5)
+        self._serving.stop()
 
     def __enter__(self) -> "ResponseServer":
         return self.start()

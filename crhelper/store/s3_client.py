@@ -18,6 +18,7 @@ import os
 import threading
 from typing import Any, Mapping
 
+from ..cloud.credentials import REGION_ENV, Credentials
 from .url import S3Settings
 
 FORBID_OVERWRITE_HEADER = "x-oss-forbid-overwrite"
@@ -33,22 +34,24 @@ def _forbid_overwrite(request: Any, **_: Any) -> None:
     request.headers[FORBID_OVERWRITE_HEADER] = "true"
 
 
-def credentials_from_env(env: Mapping[str, str]) -> dict[str, str]:
+def boto3_credentials(credentials: Credentials | None) -> dict[str, str]:
     """Alibaba Cloud credentials as boto3 keyword arguments; empty means boto3's default chain."""
-    key_id = env.get("ALIBABA_CLOUD_ACCESS_KEY_ID")
-    secret = env.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET")
-    if not key_id or not secret:
+    if credentials is None:
         return {}
-    creds = {"aws_access_key_id": key_id, "aws_secret_access_key": secret}
-    token = env.get("ALIBABA_CLOUD_SECURITY_TOKEN")
-    if token:
-        creds["aws_session_token"] = token
-    return creds
+    kwargs = {"aws_access_key_id": credentials.access_key_id, "aws_secret_access_key": credentials.access_key_secret}
+    if credentials.security_token:
+        kwargs["aws_session_token"] = credentials.security_token
+    return kwargs
+
+
+def credentials_from_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment's Alibaba Cloud credentials as boto3 keyword arguments."""
+    return boto3_credentials(Credentials.from_env(env))
 
 
 def resolve_region(settings: S3Settings, env: Mapping[str, str]) -> str | None:
     """URL first, then the Alibaba/FC region variables, else boto3 decides."""
-    return settings.region or env.get("ALIBABA_CLOUD_REGION_ID") or env.get("FC_REGION") or None
+    return settings.region or env.get(REGION_ENV) or env.get("FC_REGION") or None
 
 
 def resolve_endpoint(settings: S3Settings, region: str | None) -> str | None:

@@ -6,16 +6,14 @@ endpoints users consider private.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Mapping
 from urllib.parse import parse_qs, urlsplit
 
+from ..paths import home
 from .base import StoreError
 
 SETTING = "CRHELPER_STORE"
-HOME_SETTING = "CRHELPER_HOME"
 MEMORY = ":memory:"
 
 ADDRESSING_STYLES = ("virtual", "path")
@@ -49,10 +47,8 @@ class S3Settings:
 
 
 def default_url(env: Mapping[str, str] | None = None) -> str:
-    """The URL used when neither code nor CRHELPER_STORE names one."""
-    env = os.environ if env is None else env
-    home = env.get(HOME_SETTING) or str(Path.home() / ".crhelper")
-    return "sqlite:///" + str(Path(home).expanduser().resolve() / "state.sqlite")
+    """The URL used when neither code nor CRHELPER_STORE names one: `$CRHELPER_HOME/state.sqlite`."""
+    return "sqlite:///" + str(home(env).resolve() / "state.sqlite")
 
 
 def _parse_sqlite(url: str) -> SqliteSettings:

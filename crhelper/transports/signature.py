@@ -47,12 +47,12 @@ import base64
 import hashlib
 import hmac
 import json
-import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Literal, Mapping
+from typing import Any, Iterable, Literal, Mapping
+
+from ..cloud.signing.replay import ReplayCache  # the one replay cache; re-exported here
 
 __all__ = [
     "DATE_FORMAT",
@@ -259,46 +259,3 @@ def verify(
         raise SignatureError("Signature.Value", "does not match the request signed with the configured SignKey")
     # The normalized Value: Signature is outside the signed data, so a replay may respell it freely.
     return VerifiedSignature(stamp, normalized)
-
-
-class ReplayCache:
-    """Signed requests accepted within the freshness window, bounded (oldest first out), thread-safe.
-
-    `claim` is check-and-remember in one step; `release` forgets a claim whose request we then refused
-    for a retryable reason, so ROS may send it again unchanged."""
-
-    def __init__(self, window: float, max_entries: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
-        if max_entries < 1:
-            raise ValueError("ReplayCache.max_entries must be at least 1")
-        self._window = window
-        self._max = max_entries
-        self._clock = clock
-        self._seen: OrderedDict[tuple[str, ...], float] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._seen)
-
-    def _expire(self, now: float) -> None:
-        while self._seen:
-            key, expires = next(iter(self._seen.items()))
-            if expires > now:
-                break
-            del self._seen[key]
-
-    def claim(self, key: tuple[str, ...]) -> bool:
-        """True and remembered if `key` was not seen within the window; False for a replay."""
-        now = self._clock()
-        with self._lock:
-            self._expire(now)
-            if key in self._seen:
-                return False
-            self._seen[key] = now + self._window
-            while len(self._seen) > self._max:
-                self._seen.popitem(last=False)
-            return True
-
-    def release(self, key: tuple[str, ...]) -> None:
-        with self._lock:
-            self._seen.pop(key, None)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Protocol
 
+from crhelper.config import env_choice, env_port
+
 from .model import TCP, App, Route
 
 BACKENDS = ("local", "flynn")
@@ -51,26 +53,18 @@ class RouterConfig:
     def from_env(cls, env: Mapping[str, str] | None = None) -> "RouterConfig":
         """``CRHELPER_ROUTER_BACKEND`` (local|flynn), ``CRHELPER_ROUTER_DB``,
         ``CRHELPER_ROUTER_DEFAULT_DOMAIN``, ``CRHELPER_FLYNN_URL``, ``CRHELPER_FLYNN_KEY``,
-        ``CRHELPER_ROUTER_PUBLIC_HOST``, ``CRHELPER_ROUTER_HTTP_PORT``, ``CRHELPER_ROUTER_HTTPS_PORT``."""
+        ``CRHELPER_ROUTER_PUBLIC_HOST``, ``CRHELPER_ROUTER_HTTP_PORT``, ``CRHELPER_ROUTER_HTTPS_PORT``.
+        A bad value raises :class:`crhelper.config.ConfigError` (a ValueError) naming the variable."""
         env = os.environ if env is None else env
-        backend = env.get("CRHELPER_ROUTER_BACKEND", "local") or "local"
-        if backend not in BACKENDS:
-            raise ValueError(f"CRHELPER_ROUTER_BACKEND: must be one of {', '.join(BACKENDS)}")
-        ports = {}
-        for name, default in (("CRHELPER_ROUTER_HTTP_PORT", "8080"), ("CRHELPER_ROUTER_HTTPS_PORT", "4433")):
-            text = env.get(name, default) or default
-            if not text.isdigit() or not 0 < int(text) < 65536:
-                raise ValueError(f"{name}: must be a port number 1-65535")
-            ports[name] = int(text)
         return cls(
-            backend=backend,
+            backend=env_choice(env, "CRHELPER_ROUTER_BACKEND", "local", BACKENDS),
             db_path=env.get("CRHELPER_ROUTER_DB") or None,
             default_domain=env.get("CRHELPER_ROUTER_DEFAULT_DOMAIN") or None,
             flynn_url=env.get("CRHELPER_FLYNN_URL", ""),
             flynn_key=env.get("CRHELPER_FLYNN_KEY", ""),
             public_host=env.get("CRHELPER_ROUTER_PUBLIC_HOST", "127.0.0.1") or "127.0.0.1",
-            http_port=ports["CRHELPER_ROUTER_HTTP_PORT"],
-            https_port=ports["CRHELPER_ROUTER_HTTPS_PORT"],
+            http_port=env_port(env, "CRHELPER_ROUTER_HTTP_PORT", 8080),
+            https_port=env_port(env, "CRHELPER_ROUTER_HTTPS_PORT", 4433),
         )
 
 

@@ -1,5 +1,10 @@
 """``crhelper router ...``: serve the local router or controller, list routes, list/follow events,
-and edit the service registry."""
+and edit the service registry.
+
+Registered through the ``crhelper.commands`` entry point. Importing this module costs only the
+standard library (``crhelper --help`` builds every command's parser); each sub-command imports
+what it needs when it runs.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +14,28 @@ import os
 import sys
 from typing import Any
 
+RAW = argparse.RawDescriptionHelpFormatter
+EPILOG = """\
+examples:
+  crhelper router services register ros-web 127.0.0.1:9911
+  crhelper router serve                      # HTTP on :8080, HTTPS on :4433
+  crhelper router routes --app demo-ros
+  crhelper router events --follow
+  CRHELPER_FLYNN_KEY=k crhelper router controller --port 8081
+"""
+
 
 def register(subparsers: "argparse._SubParsersAction[Any]") -> None:
     """Add the ``router`` command and its sub-commands."""
-    router = subparsers.add_parser("router", help="local Flynn-style router, routes and events")
+    router = subparsers.add_parser("router", help="local Flynn-style router, routes and events",
+                                   description="The routing provider's local router (an aiohttp reverse proxy matching "
+                                               "as Flynn's does), its routes, events and service registry; state in "
+                                               "$CRHELPER_HOME/router.", epilog=EPILOG, formatter_class=RAW)
     router.set_defaults(func=lambda args: (router.print_help(), 2)[1])
     sub = router.add_subparsers(dest="router_command")
 
-    serve = sub.add_parser("serve", help="run the reverse proxy (HTTP and TCP routes)")
+    serve = sub.add_parser("serve", help="run the reverse proxy (HTTP and TCP routes)",
+                           epilog="example: crhelper router serve --port 0 --no-https")
     serve.add_argument("--host", default="127.0.0.1", help="HTTP listen address (default 127.0.0.1)")
     # Env defaults are read when serving, so a bad variable cannot break every other command.
     serve.add_argument("--port", type=int, default=None,
@@ -28,24 +47,29 @@ def register(subparsers: "argparse._SubParsersAction[Any]") -> None:
     serve.add_argument("--poll", type=float, default=0.2, help="seconds between route-change checks")
     serve.set_defaults(func=_serve)
 
-    controller = sub.add_parser("controller", help="serve the Flynn controller route API locally")
+    controller = sub.add_parser("controller", help="serve the Flynn controller route API locally",
+                                epilog="example: CRHELPER_FLYNN_KEY=k crhelper router controller --port 8081")
     controller.add_argument("--host", default="127.0.0.1")
     controller.add_argument("--port", type=int, default=8081)
     controller.set_defaults(func=_controller)
 
-    routes = sub.add_parser("routes", help="list live routes, newest first")
+    routes = sub.add_parser("routes", help="list live routes, newest first",
+                            epilog="example: crhelper router routes --app demo-ros --json")
     routes.add_argument("--app", help="only this app (name or id)")
     routes.add_argument("--json", action="store_true", help="print Flynn route JSON")
     routes.set_defaults(func=_routes)
 
-    events = sub.add_parser("events", help="list route events; --follow keeps printing new ones")
+    events = sub.add_parser("events", help="list route events; --follow keeps printing new ones",
+                            epilog="example: crhelper router events --count 5 --follow")
     events.add_argument("--follow", action="store_true")
     events.add_argument("--count", type=int, default=20, help="past events to print first (0: only new ones)")
     events.add_argument("--all-types", action="store_true", help="include app events")
     events.add_argument("--json", action="store_true")
     events.set_defaults(func=_events)
 
-    services = sub.add_parser("services", help="show or edit the local service registry")
+    services = sub.add_parser("services", help="show or edit the local service registry",
+                              epilog="examples: crhelper router services register ros-web 127.0.0.1:9911 --leader; "
+                                     "crhelper router services list")
     services.add_argument("action", choices=("list", "register", "unregister"))
     services.add_argument("service", nargs="?")
     services.add_argument("addr", nargs="?", help="host:port")
@@ -63,16 +87,13 @@ def _repo() -> Any:
 
 def _port(given: int | None, flag: str, env_name: str, default: int) -> int:
     """The flag's value, else the environment variable, else the default; 0 means any port."""
-    if given is not None:
-        value, source = given, flag
-    else:
-        text = os.environ.get(env_name) or str(default)
-        if not text.isdigit():
-            raise ValueError(f"{env_name}: must be a port number 0-65535")
-        value, source = int(text), env_name
-    if not 0 <= value <= 65535:
-        raise ValueError(f"{source}: must be a port number 0-65535")
-    return value
+    from crhelper.config import env_port
+
+    if given is None:
+        return env_port(os.environ, env_name, default, allow_any=True)
+    if not 0 <= given <= 65535:
+        raise ValueError(f"{flag}: must be a port number 0-65535")
+    return given
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -12,10 +12,11 @@ import base64
 import binascii
 import hmac
 import json
-import threading
 from typing import Any, Awaitable, Callable, Sequence
 
 from aiohttp import web
+
+from crhelper.servers import LoopThread, site_port
 
 from . import errors as E
 from .model import ROUTE_TYPES
@@ -229,47 +230,25 @@ def _client_gone(request: web.Request) -> bool:
     return transport is None or transport.is_closing()
 
 
-class ControllerThread:
+class ControllerThread(LoopThread):
     """Serve a :class:`Controller` on 127.0.0.1 from a background thread (tests, CLI)."""
 
     def __init__(self, controller: Controller, host: str = "127.0.0.1", port: int = 0) -> None:
+        super().__init__("crhelper-controller")
         self.controller, self.host, self.port = controller, host, port
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="crhelper-controller", daemon=True)
         self._runner: web.AppRunner | None = None
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    async def _start(self) -> None:
+    async def startup(self) -> None:
         self._runner = web.AppRunner(self.controller.app(), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
-        # aiohttp < 3.12 exposes no public getter for the bound port; it annotates _server as
-        # AbstractServer, whose stub lacks the `sockets` that the asyncio.Server it holds has.
-        server = site._server  # noqa: SLF001
-        sockets = server.sockets if server is not None else []  # type: ignore[attr-defined]
-        if sockets:
-            self.port = int(sockets[0].getsockname()[1])
+        self.port = site_port(site) or self.port
 
-    def start(self) -> "ControllerThread":
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
-        return self
-
-    def stop(self) -> None:
-        try:
-            if self._runner is not None:
-                asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-            self._loop.close()
-
-    def __enter__(self) -> "ControllerThread":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    async def cleanup(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()

@@ -1,22 +1,37 @@
 """A client of a Flynn controller's app and route API (Basic auth: empty user, controller key).
 
 Error bodies become :class:`errors.FlynnError` with the controller's code and message; bare 401
-and 404 get descriptive texts. The key is never put in an exception or log line.
+and 404 get descriptive texts. The key is never put in an exception or log line. Timeouts, the
+call's time budget, retries and redirects follow the shared outbound policy
+(`crhelper.cloud.http`): idempotent calls (GET, PUT, DELETE) are tried again after connection
+trouble, 429 or 5xx, with jittered back-off; a POST is sent once; redirects are refused.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import quote
+
+from crhelper.cloud.http import IDEMPOTENT_METHODS, OutboundPolicy, RetrySchedule
+from crhelper.logs import get_logger, redact_url
 
 from . import errors as E
 from .model import App, Route
 
+if TYPE_CHECKING:
+    import requests
+
+log = get_logger("routes.flynn")
+
 
 class FlynnClient:
-    """Thin synchronous client; ``requests`` is imported lazily to keep cold starts light."""
+    """Thin synchronous client; ``requests`` is imported lazily to keep cold starts light.
 
-    def __init__(self, url: str, key: str, *, timeout: float = 10.0, verify: bool | str = True) -> None:
+    ``timeout`` bounds the connection and each read; ``policy`` overrides all of the outbound policy."""
+
+    def __init__(self, url: str, key: str, *, timeout: float = 10.0, verify: bool | str = True,
+                 policy: OutboundPolicy | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
         import requests
 
         if not url:
@@ -25,6 +40,8 @@ class FlynnClient:
             raise ValueError("flynn backend: the controller key is required (CRHELPER_FLYNN_KEY)")
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.policy = policy or OutboundPolicy(connect_timeout=timeout, read_timeout=timeout)
+        self._sleep = sleep
         self._session = requests.Session()
         self._session.auth = ("", key)
         self._session.verify = verify
@@ -32,13 +49,45 @@ class FlynnClient:
     def close(self) -> None:
         self._session.close()
 
-    def _request(self, method: str, path: str, body: Any = None, *, hint: str = "") -> Any:
+    def _send(self, method: str, path: str, body: Any) -> "requests.Response":
+        """One call under the policy: the final `requests.Response`, or FlynnError when none came."""
         import requests
 
-        try:
-            resp = self._session.request(method, self.url + path, json=body, timeout=self.timeout)
-        except requests.RequestException as exc:
-            raise E.unknown_error(hint=f"controller unreachable: {type(exc).__name__}") from None
+        policy = self.policy
+        schedule = policy.schedule(sleep=self._sleep)
+        again = method.upper() in IDEMPOTENT_METHODS
+        while True:
+            budget = schedule.begin()
+            if budget <= 0:
+                raise E.unknown_error(hint=f"controller unreachable: no answer within {policy.total_budget:g} s")
+            try:
+                resp = self._session.request(
+                    method, self.url + path, json=body, allow_redirects=policy.follow_redirects,
+                    timeout=(min(policy.connect_timeout, budget), min(policy.read_timeout, budget)))
+            except requests.RequestException as exc:
+                if again and self._wait_to_retry(schedule, method, path, type(exc).__name__, None):
+                    continue
+                raise E.unknown_error(hint=f"controller unreachable: {type(exc).__name__}") from None
+            if again and policy.retryable_status(resp.status_code) and self._wait_to_retry(
+                    schedule, method, path, f"HTTP {resp.status_code}", policy.retry_after(resp.headers.get("Retry-After"))):
+                resp.close()
+                continue
+            return resp
+
+    def _wait_to_retry(self, schedule: RetrySchedule, method: str, path: str, problem: str,
+                       retry_after: float | None) -> bool:
+        """Wait for the next attempt if the policy allows one in time; the URL is logged redacted."""
+        if schedule.exhausted or not schedule.wait_for_retry(retry_after):
+            return False
+        log.warning("controller call failed; trying again", extra={"fields": {
+            "method": method, "url": redact_url(self.url + path), "attempt": schedule.attempts, "error": problem}})
+        return True
+
+    def _request(self, method: str, path: str, body: Any = None, *, hint: str = "") -> Any:
+        resp = self._send(method, path, body)
+        refused = self.policy.refused_redirect(resp.status_code, resp.headers.get("Location"), self.url + path)
+        if refused:
+            raise E.unknown_error(hint=f"controller answered {refused}")
         if resp.status_code >= 400:
             try:
                 payload = resp.json() if resp.content else None

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import os
 import re
 import ssl
 import tempfile
-import threading
 import time
 import uuid
 from typing import Any, Callable
@@ -23,13 +21,16 @@ from aiohttp import (ClientConnectorError, ClientError, ClientSession, ClientTim
                      DummyCookieJar, TCPConnector, web)
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from crhelper.logs import get_logger
+from crhelper.servers import LoopThread, site_port
+
 from .matching import Backend, RouteTable, candidates, choose_backends
 from .model import TCP, Route
 from .registry import ServiceRegistry
 from .repository import RouteRepository
 from .sticky import COOKIE_NAME, CookieSealer
 
-log = logging.getLogger(__name__)
+log = get_logger("routes.proxy")
 
 HOP_BY_HOP = frozenset(
     h.lower() for h in ("Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
@@ -101,10 +102,7 @@ class Router:
         assert self._runner is not None
         site = web.TCPSite(self._runner, self.host, port, ssl_context=ssl_context)
         await site.start()
-        # aiohttp < 3.12 exposes no public getter for the bound port; it annotates _server as
-        # AbstractServer, whose stub lacks the `sockets` that the asyncio.Server it holds has.
-        sockets = site._server.sockets if site._server else []  # type: ignore[attr-defined]  # noqa: SLF001
-        return int(sockets[0].getsockname()[1])
+        return site_port(site) or port
 
     def _server_tls_context(self) -> ssl.SSLContext:
         """The listener's context only picks a per-route context by SNI (Flynn: the route for
@@ -338,40 +336,26 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
             writer.close()
 
 
-class RouterThread:
+class RouterThread(LoopThread):
     """Run a :class:`Router` on its own event loop thread (tests, bench, the CLI)."""
 
     def __init__(self, router: Router) -> None:
+        super().__init__("crhelper-router")
         self.router = router
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="crhelper-router", daemon=True)
 
     @property
     def http_port(self) -> int:
         return self.router.http_port
 
-    def start(self) -> "RouterThread":
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self.router.start(), self._loop).result(10)
-        return self
+    async def startup(self) -> None:
+        await self.router.start()
+
+    async def cleanup(self) -> None:
+        await self.router.stop()
 
     def refresh(self) -> None:
         """Force a reload now (tests use it instead of waiting a poll interval)."""
-        asyncio.run_coroutine_threadsafe(self.router.refresh(), self._loop).result(10)
-
-    def stop(self) -> None:
-        try:
-            asyncio.run_coroutine_threadsafe(self.router.stop(), self._loop).result(10)
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-            self._loop.close()
-
-    def __enter__(self) -> "RouterThread":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        self.run(self.router.refresh())
 
 
 async def serve_forever(router: Router, on_ready: Callable[[], None] | None = None) -> None:

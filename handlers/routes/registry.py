@@ -16,13 +16,15 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .matching import Backend
-from .repository import state_dir
+from .repository import router_dir
+
+SERVICES_ENV = "CRHELPER_ROUTER_SERVICES"
 
 
 def default_registry_path() -> Path:
     """``$CRHELPER_ROUTER_SERVICES`` or ``$CRHELPER_HOME/router/services.json``."""
-    override = os.environ.get("CRHELPER_ROUTER_SERVICES")
-    return Path(override) if override else state_dir() / "services.json"
+    override = os.environ.get(SERVICES_ENV)
+    return Path(override) if override else router_dir() / "services.json"
 
 
 def _parse_entry(service: str, entry: Any) -> Backend:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
-import os
 import re
 import sqlite3
 import uuid
@@ -19,11 +17,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from crhelper.logs import get_logger
+from crhelper.paths import state_dir
+
 from . import errors as E
 from . import validation as V
 from .model import HTTP, PARENT_REF_PREFIX, App, Certificate, Event, Route, now_rfc3339
 
-log = logging.getLogger(__name__)
+log = get_logger("routes.repository")
 
 UUID_RE = re.compile(r"^[a-f0-9]{8}-?([a-f0-9]{4}-?){3}[a-f0-9]{12}$")
 
@@ -45,14 +46,17 @@ INSERT OR IGNORE INTO counters (name, value) VALUES ('version', 0);
 """
 
 
-def state_dir() -> Path:
-    """``$CRHELPER_HOME/router`` (default ``~/.crhelper/router``)."""
-    home = os.environ.get("CRHELPER_HOME") or str(Path.home() / ".crhelper")
-    return Path(home) / "router"
+#: The routing provider's folder under ``$CRHELPER_HOME``: routes.db, services.json, cookie.key.
+STATE_DIR = "router"
+
+
+def router_dir() -> Path:
+    """``$CRHELPER_HOME/router`` (default ``~/.crhelper/router``); not created here."""
+    return state_dir(STATE_DIR)
 
 
 def default_db_path() -> Path:
-    return state_dir() / "routes.db"
+    return router_dir() / "routes.db"
 
 
 class RouteRepository:

@@ -13,33 +13,37 @@ import os
 import secrets
 from pathlib import Path
 
-from .repository import state_dir
+from crhelper.config import env_base64
+
+from .repository import router_dir
 
 COOKIE_NAME = "_backend"
 KEY_ENV = "CRHELPER_ROUTER_COOKIE_KEY"
 NONCE_BYTES = 12
+KEY_BYTES = 32
 
 
 def load_key(explicit: bytes | None = None) -> bytes:
     """The 32-byte key: explicit, else ``$CRHELPER_ROUTER_COOKIE_KEY`` (Base64), else a key file
-    created once under the state directory so restarts keep existing sessions sticky."""
+    created once under the state directory so restarts keep existing sessions sticky.
+    A bad key raises ValueError (ConfigError for the variable) naming the rule, never the key."""
     if explicit is not None:
-        key = explicit
-    elif os.environ.get(KEY_ENV):
-        try:
-            key = base64.b64decode(os.environ[KEY_ENV], validate=True)
-        except (binascii.Error, ValueError):
-            raise ValueError(f"{KEY_ENV}: must be Base64 of 32 bytes") from None
-    else:
-        path: Path = state_dir() / "cookie.key"
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(secrets.token_bytes(32))
-        key = path.read_bytes()
-    if len(key) != 32:
-        raise ValueError(f"{KEY_ENV}: the cookie key must be 32 bytes")
+        return _checked(explicit, "the cookie key")
+    configured = env_base64(os.environ, KEY_ENV, KEY_BYTES)
+    if configured is not None:
+        return configured
+    path: Path = router_dir() / "cookie.key"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(secrets.token_bytes(KEY_BYTES))
+    return _checked(path.read_bytes(), f"the cookie key file {path}")
+
+
+def _checked(key: bytes, what: str) -> bytes:
+    if len(key) != KEY_BYTES:
+        raise ValueError(f"{what} must hold {KEY_BYTES} bytes, got {len(key)}")
     return key
 
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from crhelper.cli.loading import provider_from_spec
+from crhelper.loading import load_provider
 
 GREETING = Path(__file__).resolve().parents[2] / "samples" / "greeting.py"
 TOKEN = "acs:fc:cn-hangzhou:123456789:functions/greeting"
@@ -14,7 +14,7 @@ TOKEN = "acs:fc:cn-hangzhou:123456789:functions/greeting"
 
 def test_ros_event_gets_fresh_urls_and_the_server_checks_the_answer(ros_event: Callable[..., dict[str, Any]],
                                                                    ros_response_server: Any) -> None:
-    provider = provider_from_spec(f"{GREETING}:provider")
+    provider = load_provider(f"{GREETING}:provider")
     event = ros_event("Create", "Custom::Greeting", {"Name": "plug"})
     other = ros_event("Create", "Custom::Greeting", {"Name": "plug"})
     assert event["ResponseURL"] != other["ResponseURL"] and event["IntranetResponseURL"].startswith(ros_response_server.base_url)
@@ -25,14 +25,14 @@ def test_ros_event_gets_fresh_urls_and_the_server_checks_the_answer(ros_event: C
 
 
 def test_ros_event_faults_reach_the_response_server(ros_event: Callable[..., dict[str, Any]], ros_response_server: Any) -> None:
-    provider = provider_from_spec(f"{GREETING}:provider")
+    provider = load_provider(f"{GREETING}:provider")
     event = ros_event("Delete", "Custom::Greeting", {"Name": "plug"}, "greeting-plug", fail_first=1)
     provider.handle(event)
     assert ros_response_server.attempts_for(event["ResponseURL"]) == 2
 
 
 def test_run_contract_fixture(run_contract: Callable[..., Any]) -> None:
-    report = run_contract(provider_from_spec(f"{GREETING}:provider"), "Custom::Greeting", {"Name": "fx"}, update={"Name": "fx", "Times": 2})
+    report = run_contract(load_provider(f"{GREETING}:provider"), "Custom::Greeting", {"Name": "fx"}, update={"Name": "fx", "Times": 2})
     assert report.passed, report.failures()
 
 

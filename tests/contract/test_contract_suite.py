@@ -12,7 +12,7 @@ import pytest
 from contract_providers import Broken, Slow, leaky
 
 from crhelper.contract import CHECKS, ContractReport, Harness, run_contract
-from crhelper.contract.cli import main as contract_main
+from crhelper.cli.contract import main as contract_main
 from handlers.routes.provider import build_provider
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,9 +24,9 @@ def verdicts(report: ContractReport) -> dict[str, str]:
 
 
 def greeting_provider() -> Any:
-    from crhelper.cli.loading import provider_from_spec
+    from crhelper.loading import load_provider
 
-    return provider_from_spec(f"{GREETING}:provider")
+    return load_provider(f"{GREETING}:provider")
 
 
 def test_example_provider_passes_every_check() -> None:
@@ -94,12 +94,12 @@ def write(tmp_path: Path, name: str, value: Any) -> str:
 
 def test_cli_prints_a_table_and_exits_by_verdict(tmp_path: Path) -> None:
     create, update = write(tmp_path, "c.json", {"Name": "cli"}), write(tmp_path, "u.json", {"Name": "cli", "Times": 2})
-    ok = subprocess.run([sys.executable, "-m", "crhelper.contract.cli", f"{GREETING}:provider", "--type", "Custom::Greeting",
+    ok = subprocess.run([sys.executable, "-m", "crhelper.cli.contract", f"{GREETING}:provider", "--type", "Custom::Greeting",
                          "--properties", create, "--update", update], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert ok.returncode == 0, ok.stderr
     assert "  PASS  create-duplicate      both answered 'greeting-cli'" in ok.stdout
     assert ok.stdout.splitlines()[-1] == "PASSED: 9 of 9 checks passed or skipped"
-    broken = subprocess.run([sys.executable, "-m", "crhelper.contract.cli", "tests/contract/contract_providers.py:broken",
+    broken = subprocess.run([sys.executable, "-m", "crhelper.cli.contract", "tests/contract/contract_providers.py:broken",
                              "--type", "Custom::Thing", "--properties", create, "--json"],
                             capture_output=True, text=True, timeout=60, cwd=REPO)
     assert broken.returncode == 1

@@ -111,7 +111,7 @@ def test_event_stream_ends_when_the_client_leaves(repo: RouteRepository) -> None
     def tasks(server: ControllerThread) -> int:
         async def count() -> int:
             return len(asyncio.all_tasks())
-        return asyncio.run_coroutine_threadsafe(count(), server._loop).result(5)  # noqa: SLF001
+        return asyncio.run_coroutine_threadsafe(count(), server.loop).result(5)
 
     with ControllerThread(Controller(repo, parse_keys("k"))) as server:
         baseline = tasks(server)

@@ -14,7 +14,6 @@ from crhelper.cli.serve import BackgroundServer
 from crhelper.emulator import StackEmulator
 from crhelper.emulator.delivery import StackDelivery
 from crhelper.emulator.delivery_bindings import Bindings
-from crhelper.emulator.delivery_http_config import resolve_http_configs
 from crhelper.transports.http import wsgi_app
 from crhelper.transports.http_config import EndpointConfig
 
@@ -107,12 +106,12 @@ def test_web_requests_are_signed_with_the_templates_sign_key(emulator: StackEmul
         return json.dumps(document)
 
     signed = template({"Ref": "Key"})
-    configs = resolve_http_configs(signed, {"Key": "s3cr3t-key"}, stack_name="signed", region="cn-hangzhou", account_id="1")
+    configs = emulator.prepare("create", "signed", signed, {"Key": "s3cr3t-key"}).http_configs
     assert configs == {"Echo": {"SignKey": "s3cr3t-key"}}
     with StackDelivery(Bindings(), http_configs=configs) as deliver:
         assert emulator.create("signed", signed, {"Key": "s3cr3t-key"}, deliver).status == "CREATE_COMPLETE"
     wrong = template("another-key")
-    configs = resolve_http_configs(wrong, {"Key": "x"}, stack_name="wrong", region="cn-hangzhou", account_id="1")
+    configs = emulator.prepare("create", "wrong", wrong, {"Key": "x"}).http_configs
     with StackDelivery(Bindings(), http_configs=configs) as deliver:
         refused = emulator.create("wrong", wrong, {"Key": "x"}, deliver, disable_rollback=True)
     assert refused.status == "CREATE_FAILED"

@@ -1,0 +1,163 @@
+"""`crhelper stack`: the parser (standard library only); the body is `crhelper.cli.stack`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from . import RAW, Body, add_command
+
+if TYPE_CHECKING:
+    from . import SubParsers
+
+#: Exit codes: the operation completed, it failed (see the events), usage or validation error.
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+DESCRIPTION = """\
+Run ROS templates locally: every Custom::* / ALIYUN::ROS::CustomResource is sent to its provider
+through the path its ServiceToken names, with fresh ResponseURLs on a local ResponseURL server that
+checks every answer the way ROS does.
+
+How ServiceTokens are reached:
+  acs:fc:...:services/S/functions/F   the bound provider runs on a local Function Compute endpoint
+                                      (real fc2 SDK, async invocation, fresh worker process)
+  acs:fc:...:functions/F  (FC 3.0)    the bound provider runs in-process (fc2 cannot call FC 3.0)
+  acs:mns:...:queues/Q | topics/T     sent / published through a local MNS endpoint, consumed by a
+                                      QueueWorker running the bound provider
+  web:URL | web[sync]:URL             POSTed to the URL for real (start it with `crhelper serve`)
+
+Bind tokens to providers with -s TOKEN=MODULE:provider or a bindings file (--bindings FILE; a file
+named <template>.bindings.yaml next to the template is used automatically):
+  bindings:
+    acs:fc:cn-hangzhou:123456789:services/demo/functions/greeting: ../samples/greeting.py:provider
+  mode: endpoints          # or inprocess: run every bound provider in this process (fastest)
+  faults: {duplicate: true, response_fail_first: 2, response_delay: 0.5, kill_provider: true}
+
+A killed run leaves nothing behind: the FC workers it started die with it (even on SIGKILL), and
+the next command (describe, list, events, update, delete) reports the stack *_FAILED with the reason
+"interrupted: the crhelper process running this operation stopped before it finished":
+  crhelper stack describe --stack demo --json      # status CREATE_FAILED after a killed create
+  crhelper stack delete --stack demo               # then clean up what it created
+
+Exit codes: 0 the operation completed, 1 it failed (see the events), 2 usage or validation error.
+"""
+
+EPILOG = """\
+examples:
+  crhelper stack create templates/demo.yaml --stack demo
+  crhelper stack create templates/demo.yaml --stack demo -p Name=ros -p Times=3 --json
+  crhelper stack create app.yaml --stack app -s 'acs:fc:cn-hangzhou:123456789:services/s/functions/f=mypkg.provider:provider'
+  crhelper stack update templates/demo.yaml --stack demo -p Times=5
+  crhelper stack outputs --stack demo
+  crhelper stack events --stack demo
+  crhelper stack delete --stack demo
+  crhelper stack create templates/demo.yaml --stack flaky --duplicate --response-fail-first 2
+"""
+
+
+def _common(parser: argparse.ArgumentParser, *, stack: bool = True) -> None:
+    if stack:
+        parser.add_argument("--stack", required=True, metavar="NAME", help="the stack name")
+    parser.add_argument("--home", default=None, metavar="DIR", help="state directory (default $CRHELPER_HOME or ~/.crhelper)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+
+
+def _delivery_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("delivery")
+    group.add_argument("-s", "--service-token", dest="bind", action="append", default=[], metavar="TOKEN=MODULE:provider",
+                       help="bind a ServiceToken to a provider (package.module:provider or path/file.py:provider); repeatable")
+    group.add_argument("--bindings", type=Path, default=None, metavar="FILE",
+                       help="bindings file (YAML/JSON); default: <template>.bindings.yaml next to the template, "
+                            "then the bindings the stack was created with")
+    group.add_argument("--in-process", action="store_true", help="run every bound provider in this process (mode: inprocess)")
+    faults = parser.add_argument_group("fault injection")
+    faults.add_argument("--duplicate", action="store_true", default=None, help="deliver every request twice (same RequestId)")
+    faults.add_argument("--response-fail-first", type=int, default=None, metavar="N",
+                        help="the ResponseURL answers the first N attempts with an error status")
+    faults.add_argument("--response-fail-status", type=int, default=None, metavar="STATUS", help="that error status (default 500)")
+    faults.add_argument("--response-delay", type=float, default=None, metavar="SECONDS", help="the ResponseURL answers this slowly")
+    faults.add_argument("--kill-provider", action="store_true", default=None,
+                        help="FC 2.0 tokens: SIGKILL the function's worker on the first attempt of each request (FC retries it); "
+                             "other tokens are delivered normally")
+    faults.add_argument("--kill-provider-after", type=float, default=None, metavar="SECONDS",
+                        help="with --kill-provider: kill this many seconds into the handler (mid-request) instead of at entry")
+
+
+def _template_options(parser: argparse.ArgumentParser, *, optional: bool = False) -> None:
+    if optional:
+        parser.add_argument("template", nargs="?", type=Path, default=None, help="new template (default: keep the current one)")
+    else:
+        parser.add_argument("template", type=Path, help="ROS template, YAML or JSON")
+    parser.add_argument("-p", "--parameter", dest="parameters", action="append", default=[], metavar="Key=Value",
+                        help="a template parameter; repeatable")
+    parser.add_argument("--parameters", dest="parameter_file", type=Path, default=None, metavar="FILE",
+                        help="parameters as a JSON/YAML map or the ROS list of {ParameterKey, ParameterValue}")
+
+
+def register(subparsers: SubParsers) -> None:
+    add_commands(add_command(subparsers, "stack", "deploy ROS templates locally through their real ServiceToken paths",
+                             DESCRIPTION, EPILOG))
+
+
+def add_commands(parser: argparse.ArgumentParser) -> None:
+    commands = parser.add_subparsers(title="commands", metavar="<command>")
+
+    create = commands.add_parser("create", help="create a stack and wait for it", formatter_class=RAW,
+                                 description="Create a stack: every resource gets a Create request; on failure the "
+                                             "created ones are rolled back unless --disable-rollback.",
+                                 epilog="example: crhelper stack create templates/demo.yaml --stack demo -p Name=ros")
+    _template_options(create)
+    _common(create)
+    create.add_argument("--disable-rollback", action="store_true", help="keep what was created when a resource fails")
+    _delivery_options(create)
+    create.set_defaults(func=Body("crhelper.cli.stack:create"))
+
+    update = commands.add_parser("update", help="update a stack to a new template and/or parameters", formatter_class=RAW,
+                                 description="Update: changed resources get Update (with OldResourceProperties), added ones "
+                                             "Create, removed ones Delete; a failure rolls back with the old properties.",
+                                 epilog="example: crhelper stack update templates/demo.yaml --stack demo -p Times=5")
+    _template_options(update, optional=True)
+    _common(update)
+    update.add_argument("--disable-rollback", action="store_true", help="do not roll back a failed update")
+    _delivery_options(update)
+    update.set_defaults(func=Body("crhelper.cli.stack:update"))
+
+    delete = commands.add_parser("delete", help="delete a stack (DeletionPolicy Retain resources get no request)",
+                                 epilog="example: crhelper stack delete --stack demo")
+    _common(delete)
+    _delivery_options(delete)
+    delete.set_defaults(func=Body("crhelper.cli.stack:delete"))
+
+    for name, text in (
+        ("describe", "status, parameters, resources and outputs of a stack"),
+        ("events", "every event of a stack, oldest first"),
+        ("outputs", "the resolved outputs of a stack"),
+    ):
+        sub = commands.add_parser(name, help=text, epilog=f"example: crhelper stack {name} --stack demo")
+        _common(sub)
+        sub.set_defaults(func=Body(f"crhelper.cli.stack:{name}"))
+
+    listing = commands.add_parser("list", help="all local stacks", epilog="example: crhelper stack list --json")
+    _common(listing, stack=False)
+    listing.set_defaults(func=Body("crhelper.cli.stack:list_stacks"))
+
+    validate = commands.add_parser("validate", help="check a template and parameters without running anything",
+                                   epilog="example: crhelper stack validate templates/demo.yaml -p Name=ros")
+    _template_options(validate)
+    _common(validate, stack=False)
+    validate.set_defaults(func=Body("crhelper.cli.stack:validate"))
+    parser.set_defaults(func=lambda args: _usage(parser))
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return EXIT_USAGE
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """`python -m crhelper.cli.stack`: the same command without the `crhelper` front end."""
+    parser = argparse.ArgumentParser(prog="crhelper stack", description=DESCRIPTION, epilog=EPILOG, formatter_class=RAW)
+    add_commands(parser)
+    return parser
