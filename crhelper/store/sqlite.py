@@ -32,6 +32,8 @@ from .base import (
 
 MEMORY = ":memory:"
 BUSY_TIMEOUT_MS = 30_000
+#: Between tries of a pragma SQLite refuses without waiting (see `SqliteStore._use_wal`).
+WAL_RETRY_INTERVAL = 0.05
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS idempotency (
@@ -121,11 +123,7 @@ class SqliteStore:
         self._busy_ms = int(wait * 1000)
         self._conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
         if path != MEMORY:
-            try:
-                self._conn.execute("PRAGMA journal_mode = WAL")
-            except sqlite3.OperationalError as exc:
-                self._conn.close()
-                raise StoreError(f"state store busy: the SQLite file stayed locked for {wait:.1f} s ({exc})") from None
+            self._use_wal(wait)
             self._conn.execute("PRAGMA synchronous = NORMAL")
         with self._transaction() as conn:
             for statement in _SCHEMA.split(";"):
@@ -134,6 +132,23 @@ class SqliteStore:
             columns = {row["name"] for row in conn.execute("PRAGMA table_info(continuations)")}
             if "holder" not in columns:  # a file written by an earlier version
                 conn.execute("ALTER TABLE continuations ADD COLUMN holder TEXT NOT NULL DEFAULT ''")
+
+    def _use_wal(self, wait: float) -> None:
+        """Switch the file to WAL, retrying until `wait` runs out. SQLite answers this pragma
+        SQLITE_BUSY at once, without its busy handler, while another connection recovers the WAL
+        of a process that died mid-write (a SIGKILLed worker): that is seconds of waiting, not an
+        unusable store."""
+        started = time.monotonic()
+        while True:
+            try:
+                self._conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                waited = time.monotonic() - started
+                if waited + WAL_RETRY_INTERVAL >= wait:
+                    self._conn.close()
+                    raise StoreError(f"state store busy: the SQLite file stayed locked for {waited:.1f} s ({exc})") from None
+                time.sleep(WAL_RETRY_INTERVAL)
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -147,10 +162,13 @@ class SqliteStore:
             if wait_ms != self._busy_ms:  # a statement per transaction otherwise, on the warm path
                 self._conn.execute(f"PRAGMA busy_timeout = {wait_ms}")
                 self._busy_ms = wait_ms
+            began = time.monotonic()
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
-                raise StoreError(f"state store busy: the SQLite file stayed locked for {wait:.1f} s ({exc})") from None
+                waited = time.monotonic() - began
+                raise StoreError(f"state store busy: the SQLite file stayed locked for {waited:.1f} s "
+                                 f"(waited up to {wait:.1f} s: {exc})") from None
             try:
                 yield self._conn
             except BaseException:
