@@ -1,7 +1,7 @@
 """Finding a provider by name, in one place: the Function Compute entry, the CLI, the emulator, deploy.
 
 A spec is `package.module:attr`, `package.module.attr` or `path/to/file.py[:attr]` (the attribute
-defaults to `provider`). Whether the current directory is importable is the caller's decision
+defaults to `provider`: `file.py` means `file.py:provider`, for every command). Whether the current directory is importable is the caller's decision
 (`cwd_importable`, which the command line sets): on Function Compute the code folder is already on
 `sys.path`, and a handler must not depend on where the runtime was started.
 
@@ -17,6 +17,7 @@ import importlib.util
 import inspect
 import os
 import sys
+import sysconfig
 import time
 import traceback
 from pathlib import Path
@@ -129,6 +130,63 @@ def load_provider(spec: str, *, cwd_importable: bool = False) -> "Provider":
         raise ProviderSpecError(f"{spec!r} is a {type(provider).__name__}, not a crhelper Provider",
                                 "point the spec at a crhelper.Provider instance (provider = Provider())")
     return provider  # type: ignore[no-any-return]
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """Where frames that are not the user's code live: the standard library, installed packages, crhelper."""
+    paths = sysconfig.get_paths()
+    found = {os.path.dirname(os.path.abspath(__file__))}
+    found.update(os.path.abspath(paths[key]) for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths)
+    return tuple(sorted(folder + os.sep for folder in found))
+
+
+def _shown_path(filename: str) -> str:
+    """A file as the user would type it: relative to the current directory when inside it."""
+    try:
+        relative = os.path.relpath(filename)
+    except ValueError:  # another drive (Windows)
+        return filename
+    return filename if relative.startswith("..") else relative
+
+
+def _where_raised(exc: BaseException) -> tuple[str, int | None] | None:
+    """(file, line) of the user's code that raised at import: the deepest frame outside the
+    standard library, installed packages and crhelper (else the deepest frame at all)."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return exc.filename, exc.lineno
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
+    if not frames:
+        return None
+    libraries = _library_dirs()
+    own = [f for f in frames if not os.path.abspath(f.filename).startswith(libraries)]
+    frame = (own or frames)[-1]
+    return frame.filename, frame.lineno
+
+
+def describe_load_failure(spec: str, exc: BaseException) -> tuple[str, str]:
+    """(problem, next step) in one line each for anything `load_provider` raised: a spec error as
+    it is; an import-time failure as `file:line: Type: message` (its first line), so a command line
+    shows the cause instead of a traceback through the loader."""
+    if isinstance(exc, ProviderSpecError):
+        return exc.problem, exc.next_step
+    message = ((exc.msg or "") if isinstance(exc, SyntaxError) else str(exc)).strip()
+    first, _, rest = message.partition("\n")
+    error = f"{type(exc).__name__}: {first}{' ...' if rest.strip() else ''}" if first else type(exc).__name__
+    where = _where_raised(exc)
+    problem = error
+    if where is not None:
+        filename, line = where
+        problem = f"{_shown_path(filename)}{f':{line}' if line else ''}: {error}"
+    if isinstance(exc, SyntaxError):
+        return problem, "fix the syntax at that line, then run again"
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        return problem, f"install the package that provides {exc.name!r} (or fix the import), then run again"
+    try:
+        location, _, is_file = parse_spec(spec)
+        show = f" (`python {location}` shows the traceback)" if is_file else f" (`python -c 'import {location}'` shows the traceback)"
+    except ProviderSpecError:
+        show = ""
+    return problem, f"the provider's module raised while being imported; fix it and run again{show}"
 
 
 def _accepts_keyword(func: Callable[..., Any], name: str) -> bool:

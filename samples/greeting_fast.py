@@ -22,7 +22,10 @@ def create(props: Greeting, request: Request) -> Result:
 
 @provider.update("Custom::Greeting")
 def update(props: Greeting, old: Greeting, request: Request) -> Result:
-    if props.Name != old.Name:
+    # A Name change is refused: the Name is part of the physical id. After that failure ROS rolls
+    # back with an Update whose properties are swapped (old: the refused ones), asking for the Name
+    # the resource still has (its physical id): that one must succeed, or the stack ends ROLLBACK_FAILED.
+    if props.Name != old.Name and request.physical_resource_id != f"greeting-{props.Name}":
         raise Failure("Name cannot change: it is part of the physical id; create a new resource instead")
     return Result(data={"Text": " ".join(["hi " + props.Name] * props.Times)})
 

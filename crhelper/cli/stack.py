@@ -31,6 +31,7 @@ from ..emulator import (
     StackNotFoundError,
     StackStateError,
     TemplateValidationError,
+    UnknownResourceError,
     load_parameter_file,
     parse_key_values,
 )
@@ -45,7 +46,7 @@ from ..emulator.delivery_bindings import (
 )
 from ..loading import import_from_cwd
 from ..signals import on_signals
-from .parsers.stack import EXIT_FAILED, EXIT_OK, EXIT_USAGE, build_parser
+from .parsers.stack import EXIT_FAILED, EXIT_OK, EXIT_USAGE, build_parser, error_document
 
 SUCCESS_STATUSES = frozenset({"CREATE_COMPLETE", "UPDATE_COMPLETE", "DELETE_COMPLETE"})
 
@@ -70,11 +71,22 @@ class Printer:
         print(f"{time_part}  {event.logical_id:<24} {event.status:<28}{reason}", file=self.out, flush=True)
 
 
-def _error(message: str, hint: str = "") -> int:
+def _error(args: argparse.Namespace, kind: str, message: str, hint: str = "", **extra: Any) -> int:
+    """A refused command: text on stderr, or under --json the error document on stdout."""
+    if getattr(args, "json", False):
+        document = error_document(kind, message, hint, **extra)
+        if getattr(args, "func", None) is not None and _command_name(args) == "validate":
+            document = {"valid": False, **document}
+        _dump(document)
+        return EXIT_USAGE
     print(f"crhelper stack: {message}", file=sys.stderr)
     if hint:
         print(f"  next: {hint}", file=sys.stderr)
     return EXIT_USAGE
+
+
+def _command_name(args: argparse.Namespace) -> str:
+    return str(getattr(args.func, "target", "")).rpartition(":")[2]
 
 
 def _print_outputs(outputs: dict[str, Any], out: TextIO) -> None:
@@ -90,7 +102,10 @@ def _print_outputs(outputs: dict[str, Any], out: TextIO) -> None:
 def _failure_hint(description: StackDescription, operation: str) -> str:
     name = description.name
     if operation == "delete":
-        return f"fix the provider, then run `crhelper stack delete --stack {name}` again"
+        failed = [r.logical_id for r in description.resources if r.status == "DELETE_FAILED"]
+        retain = f" --retain {' '.join(failed)}" if failed else " --retain-all"
+        return (f"fix the provider, then run `crhelper stack delete --stack {name}` again; or leave what failed "
+                f"as it is and delete the rest: `crhelper stack delete --stack {name}{retain}`")
     if description.status.endswith("ROLLBACK_FAILED"):
         return (f"the rollback failed too (see `crhelper stack describe --stack {name}`); fix the provider, "
                 f"then run `crhelper stack delete --stack {name}`")
@@ -207,24 +222,35 @@ def _check_bound(prepared: PreparedOperation, bindings: Bindings) -> None:
 # ---------------------------------------------------------------------------------------- commands
 
 
+def _template_hint(args: argparse.Namespace) -> str:
+    hint = "fix the template or parameters; `crhelper stack validate TEMPLATE` checks without running"
+    if getattr(args, "use_previous_parameters", None) is False:
+        hint += ("; parameters not given take the template's defaults: pass them with -p, or "
+                 "--use-previous-parameters to keep the stack's current values")
+    return hint
+
+
 def _guarded(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Turn every expected problem into a message with a next step and exit code 2."""
+    """Turn every expected problem into a message with a next step and exit code 2 (JSON under --json)."""
 
     def command(args: argparse.Namespace) -> int:
         try:
             return int(run(args))
         except _UsageError as exc:
-            return _error(str(exc), exc.hint)
+            return _error(args, "usage", str(exc), exc.hint)
         except TemplateValidationError as exc:
-            return _error(str(exc), "fix the template or parameters; `crhelper stack validate TEMPLATE` checks without running")
+            return _error(args, "template-invalid", str(exc), _template_hint(args), errors=exc.errors)
         except StackNotFoundError as exc:
-            return _error(str(exc), "`crhelper stack list` shows the local stacks")
+            return _error(args, "stack-not-found", str(exc), "`crhelper stack list` shows the local stacks")
         except StackStateError as exc:
-            return _error(str(exc), state_hint(exc))
+            return _error(args, f"stack-{exc.kind}", str(exc), state_hint(exc))
+        except UnknownResourceError as exc:
+            return _error(args, "unknown-resource", str(exc),
+                          f"name resources by logical id; `crhelper stack describe --stack {exc.stack}` lists them")
         except BindingError as exc:
-            return _error(str(exc), "see `crhelper stack --help` for the bindings format")
+            return _error(args, "bindings", str(exc), "see `crhelper stack --help` for the bindings format")
         except EmulatorError as exc:
-            return _error(str(exc))
+            return _error(args, "emulator", str(exc))
 
     command.__name__ = command.__qualname__ = run.__name__
     command.__doc__ = run.__doc__
@@ -264,7 +290,8 @@ def _from_template(operation: Operation, args: argparse.Namespace) -> int:
     text = _read_template(args.template) if args.template is not None else None
     parameters = _parameters(args)
     with _emulator(args) as emulator:
-        prepared = emulator.prepare(operation, args.stack, text, parameters)
+        prepared = emulator.prepare(operation, args.stack, text, parameters,
+                                    use_previous_parameters=getattr(args, "use_previous_parameters", False))
         return _deploy(args, emulator, prepared, args.template)
 
 
@@ -281,7 +308,8 @@ def update(args: argparse.Namespace) -> int:
 @_guarded
 def delete(args: argparse.Namespace) -> int:
     with _emulator(args) as emulator:
-        return _deploy(args, emulator, emulator.prepare("delete", args.stack), None)
+        prepared = emulator.prepare("delete", args.stack, retain=args.retain, retain_all=args.retain_all)
+        return _deploy(args, emulator, prepared, None)
 
 
 def _dump(document: Any) -> None:

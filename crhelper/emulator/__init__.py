@@ -7,6 +7,7 @@ from .errors import (
     StackNotFoundError,
     StackStateError,
     TemplateValidationError,
+    UnknownResourceError,
 )
 from .model import OutputDescription, ResourceDescription, StackDescription, StackEvent
 from .parameters import load_parameter_file, parse_key_values
@@ -30,6 +31,7 @@ __all__ = [
     "StackNotFoundError",
     "StackStateError",
     "TemplateValidationError",
+    "UnknownResourceError",
     "load_parameter_file",
     "load_template",
     "parse_key_values",

@@ -34,6 +34,7 @@ from ..local.response_server import Capture, ResponseServer
 from ..servicetoken import FcFunctionToken, MnsQueueToken, MnsTopicToken, ServiceTokenError, WebToken, parse_service_token
 from .delivery_bindings import Bindings, Faults
 from .emulator import DEFAULT_ACCOUNT_ID, DEFAULT_REGION
+from .protocol import RequestNotSent
 
 if TYPE_CHECKING:  # each route loads its local endpoint (and SDK) only when a token needs it
     from .delivery_fc import FcRoute
@@ -48,6 +49,10 @@ ROUTE_FC, ROUTE_INPROCESS, ROUTE_MNS, ROUTE_WEB, ROUTE_WEB_SYNC = "fc", "inproce
 
 class DeliveryError(RuntimeError):
     """A request could not be delivered or answered; the message becomes the resource's reason."""
+
+
+class NotDelivered(DeliveryError, RequestNotSent):
+    """The request never left: nothing is bound to its token (so a Create leaves nothing to delete)."""
 
 
 class ProtocolViolation(DeliveryError):
@@ -169,14 +174,14 @@ class StackDelivery:
                 message = message.replace(url, redact_url(url))
             if message == str(exc):
                 raise
-            raise DeliveryError(message) from None
+            raise (NotDelivered if isinstance(exc, RequestNotSent) else DeliveryError)(message) from None
 
     def _deliver(self, service_token: str, request: dict[str, Any], timeout: float, urls: list[str]) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         try:
             token = parse_service_token(service_token)
         except ServiceTokenError as exc:
-            raise DeliveryError(str(exc).split(". Valid forms")[0]) from None
+            raise NotDelivered(str(exc).split(". Valid forms")[0]) from None
         request = copy.deepcopy(request)
         faults = self.faults
         request["ResponseURL"], request["IntranetResponseURL"] = self.server.new_urls(
@@ -187,7 +192,7 @@ class StackDelivery:
             return self._web(token, service_token, request, timeout, deadline)
         spec = self.bindings.provider_for(service_token)
         if spec is None:
-            raise DeliveryError(
+            raise NotDelivered(
                 f"no provider is bound to ServiceToken {service_token}; bind one with "
                 f"-s '{service_token}=package.module:provider' or in a bindings file"
             )

@@ -11,7 +11,9 @@ A bindings file (YAML or JSON) looks like::
       response_fail_first: 2
 
 A provider is `package.module:attr` or `path/to/file.py:attr`; a relative file path is resolved
-against the bindings file's directory. `-s TOKEN=SPEC` flags add to (and override) the file.
+against the bindings file's directory (in a `-s TOKEN=SPEC` flag: against the current directory)
+and kept absolute, so a stack's remembered bindings work from any directory later. `-s` flags add
+to (and override) the file.
 Tokens are matched in canonical form, so `acs:mns:...:/queues/q` and `...:queues/q` are the same.
 """
 
@@ -101,15 +103,17 @@ class Bindings:
         return {token: list(names) for token, names in tokens.items()
                 if token.startswith("acs:") and self.provider_for(token) is None}
 
-    def with_flags(self, flags: Iterable[str]) -> "Bindings":
-        """Add `TOKEN=MODULE:provider` flags (the token itself holds ':' so split at the last '=')."""
+    def with_flags(self, flags: Iterable[str], base: Path | None = None) -> "Bindings":
+        """Add `TOKEN=MODULE:provider` flags (the token itself holds ':' so split at the last '=');
+        relative file specs are made absolute against `base` (default: the current directory)."""
+        base = Path.cwd() if base is None else base
         providers = dict(self.providers)
         for flag in flags:
             token, sep, spec = flag.rpartition("=")
             if not sep or not token or not spec:
                 raise BindingError(f"-s {flag!r}: expected TOKEN=MODULE:provider, e.g. "
                                    "-s 'acs:fc:cn-hangzhou:123456789:services/s/functions/f=mypkg.mod:provider'")
-            providers[_bindable(token, f"-s {token}")] = _check_spec(spec, f"-s {token}")
+            providers[_bindable(token, f"-s {token}")] = _resolve_spec(_check_spec(spec, f"-s {token}"), base)
         return dataclasses.replace(self, providers=providers)
 
 
@@ -138,7 +142,7 @@ def _check_spec(spec: Any, where: str) -> str:
 
 
 def _resolve_spec(spec: str, base: Path) -> str:
-    """File specs relative to the bindings file's directory; module specs unchanged."""
+    """File specs made absolute against `base`; module specs unchanged."""
     location, _, attribute = spec.rpartition(":")
     if location.endswith(".py") and not Path(location).is_absolute():
         return f"{(base / location).resolve()}:{attribute}"

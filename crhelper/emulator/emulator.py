@@ -12,14 +12,14 @@ import contextlib
 import os
 import re
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..local.supervisor import SupervisorClient, owned_by_stack
+from ..local.supervisor import SupervisorClient, owned_by_stack, resource_owner
 from ..logs import get_logger
-from .engine import Engine, update_conflicts
-from .errors import StackNotFoundError, StackStateError, TemplateValidationError
+from .engine import RETAINED_ALL_REASON, RETAINED_REASON, Engine, update_conflicts
+from .errors import StackNotFoundError, StackStateError, TemplateValidationError, UnknownResourceError
 from .masking import mask, masked_parameters, secret_values
 from .model import (
     STACK_RESOURCE_TYPE,
@@ -86,7 +86,8 @@ class PreparedOperation:
     `service_tokens` (token -> logical ids) are the tokens a create or update calls that are known
     before anything runs (a delete calls the recorded ones); `http_configs` the evaluated
     HttpConfig of each resource that sets one (for `web:` delivery). `stack_id` pins the stack:
-    if another process replaces it before the run, the run refuses."""
+    if another process replaces it before the run, the run refuses. A delete sends no request to
+    the resources in `retain` (ROS RetainResources / RetainAllResources)."""
 
     operation: Operation
     name: str
@@ -95,6 +96,8 @@ class PreparedOperation:
     plan: Plan | None = None
     service_tokens: dict[str, tuple[str, ...]] = field(default_factory=dict)
     http_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    retain: frozenset[str] = frozenset()
+    retain_reason: str = ""
 
 
 class StackEmulator:
@@ -141,14 +144,19 @@ class StackEmulator:
         template_text: str | None = None,
         parameters: Mapping[str, Any] | None = None,
         *,
-        use_previous_parameters: bool = True,
+        use_previous_parameters: bool = False,
+        retain: Collection[str] = (),
+        retain_all: bool = False,
     ) -> PreparedOperation:
         """Check the stack's state, parse the template and plan the operation, once.
 
         `template_text` is required for a create; an update without one keeps the current
-        template, and its parameters not given keep their values (for parameters the template
-        still declares) unless `use_previous_parameters` is false. Raises StackNotFoundError,
-        StackStateError (with its fields) or TemplateValidationError; nothing is stored or sent."""
+        template. As in ROS UpdateStack, an update's parameters not given take the template's
+        defaults, or with `use_previous_parameters` their current values (for parameters the
+        template still declares). A delete keeps (sends no Delete to) the resources named in
+        `retain`, or all of them with `retain_all`, as ROS DeleteStack RetainResources /
+        RetainAllResources. Raises StackNotFoundError, StackStateError (with its fields),
+        UnknownResourceError or TemplateValidationError; nothing is stored or sent."""
         if operation == "create":
             return self._prepare_create(name, template_text, parameters)
         record = self._load_settled(name)
@@ -156,7 +164,7 @@ class StackEmulator:
         if operation == "update":
             return self._prepare_update(record, template_text, parameters, use_previous_parameters)
         if operation == "delete":
-            return self._prepare_delete(record)
+            return self._prepare_delete(record, retain, retain_all)
         raise ValueError(f"operation must be create, update or delete, got {operation!r}")
 
     def _prepare_create(self, name: str, template_text: str | None, parameters: Mapping[str, Any] | None) -> PreparedOperation:
@@ -192,14 +200,20 @@ class StackEmulator:
         return PreparedOperation("update", record.name, record.stack_id, text, plan,
                                  service_tokens(plan), http_configs(plan))
 
-    def _prepare_delete(self, record: StackRecord) -> PreparedOperation:
+    def _prepare_delete(self, record: StackRecord, retain: Collection[str], retain_all: bool) -> PreparedOperation:
+        unknown = set(retain) - set(record.resources)
+        if unknown:
+            raise UnknownResourceError(record.name, unknown, record.resources)
+        kept = frozenset(record.resources) if retain_all else frozenset(retain)
+        reason = RETAINED_ALL_REASON if retain_all else RETAINED_REASON
         configs: dict[str, dict[str, Any]] = {}
         if record.status != "DELETE_COMPLETE":
             template = load_template(record.template_text)
             if any(spec.http_config is not None for spec in template.resources.values()):
                 identity = StackIdentity(record.name, record.stack_id, record.region, record.account_id)
                 configs = http_configs(build_plan(template, record.parameters, identity))
-        return PreparedOperation("delete", record.name, record.stack_id, record.template_text, http_configs=configs)
+        return PreparedOperation("delete", record.name, record.stack_id, record.template_text, http_configs=configs,
+                                 retain=kept, retain_reason=reason)
 
     def run(
         self,
@@ -224,17 +238,20 @@ class StackEmulator:
             if prepared.operation == "update":
                 self._run_update(record, prepared, engine, disable_rollback)
             elif record.status != "DELETE_COMPLETE":
-                self._guarded(record, "DELETE_FAILED", lambda: engine.delete(record))
+                self._guarded(record, "DELETE_FAILED",
+                              lambda: engine.delete(record, prepared.retain, prepared.retain_reason))
                 if record.status == "DELETE_COMPLETE":
-                    self._stop_leftover_processes(record)
+                    self._stop_leftover_processes(record, prepared.retain)
             return self._describe(record)
 
-    def _stop_leftover_processes(self, record: StackRecord) -> None:
+    def _stop_leftover_processes(self, record: StackRecord, retained: Collection[str] = ()) -> None:
         """A deleted stack leaves no process behind: stop what its resources' local backends started
-        under the supervisor (owner `<stack id>/<logical id>`) and their providers did not stop."""
+        under the supervisor (owner `<stack id>/<logical id>`) and their providers did not stop.
+        Resources retained on delete keep theirs: retaining means leaving the resource as it is."""
         client = SupervisorClient(self.store.home)
+        kept = {resource_owner(record.stack_id, name) for name in retained}
         try:
-            owners = sorted({s.owner for s in client.list() if owned_by_stack(s.owner, record.stack_id)})
+            owners = sorted({s.owner for s in client.list() if owned_by_stack(s.owner, record.stack_id)} - kept)
             for owner in owners:
                 stopped = client.stop_owner(owner, forget=True)
                 _log.warning("stopped processes a deleted resource left running",
@@ -295,15 +312,25 @@ class StackEmulator:
         *,
         disable_rollback: bool = False,
         on_event: EventCallback | None = None,
-        use_previous_parameters: bool = True,
+        use_previous_parameters: bool = False,
     ) -> StackDescription:
-        """Update to a new template (None keeps the current one); unset parameters keep their values."""
+        """Update to a new template (None keeps the current one); unset parameters take the template's
+        defaults, or their current values with `use_previous_parameters` (ROS UsePreviousParameters)."""
         prepared = self.prepare("update", name, template_text, parameters, use_previous_parameters=use_previous_parameters)
         return self.run(prepared, deliver, disable_rollback=disable_rollback, on_event=on_event)
 
-    def delete(self, name: str, deliver: Deliverer, *, on_event: EventCallback | None = None) -> StackDescription:
-        """Delete every resource (Retain ones get no request); a deleted stack stays describable."""
-        return self.run(self.prepare("delete", name), deliver, on_event=on_event)
+    def delete(
+        self,
+        name: str,
+        deliver: Deliverer,
+        *,
+        on_event: EventCallback | None = None,
+        retain: Collection[str] = (),
+        retain_all: bool = False,
+    ) -> StackDescription:
+        """Delete every resource (DeletionPolicy Retain ones and those in `retain`, or all with
+        `retain_all`, get no request); a deleted stack stays describable."""
+        return self.run(self.prepare("delete", name, retain=retain, retain_all=retain_all), deliver, on_event=on_event)
 
     # ------------------------------------------------------------------ queries
 

@@ -9,16 +9,15 @@ endpoints or real `web:` URLs.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
-from ..logs import redact_url
 from .errors import ResolutionError
 from .graph import DependencyGraph
 from .intrinsics import NO_VALUE
 from .masking import mask, secret_values
 from .model import LIVE_RESOURCE_STATUSES, STACK_RESOURCE_TYPE, ResourceRecord, StackEvent, StackRecord, utc_now
-from .plan import DEFAULT_TIMEOUT, Plan, resource_settings
+from .plan import DEFAULT_TIMEOUT, Plan, resource_settings, shown_token
 from .protocol import Deliverer, Outcome, StackContext, build_request, failure
 from .runner import Call, Runner
 
@@ -28,6 +27,9 @@ Saver = Callable[..., None]
 
 CREATE, UPDATE, DELETE = "Create", "Update", "Delete"
 _UNCHANGED, _SKIPPED = "Unchanged", "Skipped"
+#: The reason a resource retained on delete (ROS RetainResources) is reported with.
+RETAINED_REASON = "retained (RetainResources): no Delete request sent; the resource is left as it is"
+RETAINED_ALL_REASON = "retained (RetainAllResources): no Delete request sent; the resource is left as it is"
 
 
 def _context(record: StackRecord) -> StackContext:
@@ -38,15 +40,10 @@ def _is_live(resource: ResourceRecord | None) -> bool:
     return resource is not None and resource.physical_id is not None and resource.status in LIVE_RESOURCE_STATUSES
 
 
-def _shown_token(token: str) -> str:
-    """A ServiceToken for messages: a `web:` URL's query string may hold a credential."""
-    head, sep, url = token.partition(":")
-    return f"{head}{sep}{redact_url(url)}" if head.startswith("web") and sep else token
-
-
 def _never_requested(resource: ResourceRecord) -> bool:
-    """A resource whose properties failed to resolve: no provider ever heard of it."""
-    return resource.physical_id is None and not resource.service_token
+    """No provider ever heard of it: its Create was never sent (its settings did not resolve, or
+    nothing was bound to its token). Records from before `requested` existed have an empty token."""
+    return resource.physical_id is None and (not resource.requested or not resource.service_token)
 
 
 def update_conflicts(record: StackRecord, plan: Plan) -> list[str]:
@@ -143,19 +140,19 @@ class Engine:
             if a == UPDATE and record.resources[n].status in ("UPDATE_COMPLETE", "UPDATE_FAILED")
         }
         remove = {n: DELETE for n, a in actions.items() if a == CREATE}
-        for node, properties in attempted.items():
-            # Its rollback Update says what it is being rolled back from: the properties it was sent.
-            record.resources[node].properties = properties
+        # A rollback Update says what it rolls back from: the properties the failed Update was sent
+        # (`attempted`); the record keeps the last applied ones, so a failed rollback leaves none that never existed.
         old_graph = DependencyGraph({n: r.depends_on for n, r in previous.items()})
-        problems = [self._revert(record, restore, old_graph, previous, forward=True)]
+        problems = [self._revert(record, restore, old_graph, previous, forward=True, rolled_from=attempted)]
         problems.append(self._revert(record, remove, plan.graph, previous))
         for node in remove:
             if record.resources[node].status == "DELETE_COMPLETE" and node not in previous:
                 del record.resources[node]
         return "; ".join(p for p in problems if p)
 
-    def delete(self, record: StackRecord) -> None:
-        """Deletes in reverse dependency order; DeletionPolicy Retain sends no request."""
+    def delete(self, record: StackRecord, retain: Collection[str] = (), retain_reason: str = "") -> None:
+        """Deletes in reverse dependency order; DeletionPolicy Retain and the resources in `retain`
+        (ROS DeleteStack RetainResources) get no request and are reported DELETE_COMPLETE with why."""
         self._secrets = secret_values(record.parameters, record.no_echo)
         self._stack_status(record, "DELETE_IN_PROGRESS", "")
         for resource in record.resources.values():
@@ -163,7 +160,8 @@ class Engine:
                 resource.status, resource.status_reason = "DELETE_COMPLETE", ""
         targets = {n: DELETE for n, r in record.resources.items() if r.status != "DELETE_COMPLETE"}
         graph = DependencyGraph({n: r.depends_on for n, r in record.resources.items()})
-        failed = self._revert(record, targets, graph, {})
+        retained = {n: retain_reason or RETAINED_REASON for n in retain if n in targets}
+        failed = self._revert(record, targets, graph, {}, retained=retained)
         if failed:
             self._stack_status(record, "DELETE_FAILED", failed)
         else:
@@ -197,14 +195,14 @@ class Engine:
             except ResolutionError as exc:
                 if not is_update:
                     record.resources[node] = ResourceRecord(
-                        node, spec.type, "", DEFAULT_TIMEOUT, spec.deletion_policy, depends_on=depends_on
+                        node, spec.type, "", DEFAULT_TIMEOUT, spec.deletion_policy, depends_on=depends_on, requested=False
                     )
                 return failure(str(exc))
             if is_update and existing is not None:
                 if token != existing.service_token:
                     return failure(
                         f"Resources.{node}.Properties.ServiceToken: cannot change on update "
-                        f"(was '{_shown_token(existing.service_token)}', now '{_shown_token(token)}')"
+                        f"(was '{shown_token(existing.service_token)}', now '{shown_token(token)}')"
                     )
                 existing.timeout, existing.deletion_policy, existing.depends_on = timeout, spec.deletion_policy, depends_on
                 if properties == existing.properties:
@@ -226,6 +224,8 @@ class Engine:
             resource = record.resources[node]
             if not outcome.ok:
                 status = "CREATE_FAILED" if action == CREATE else "UPDATE_FAILED"
+                if action == CREATE and not outcome.sent:
+                    resource.requested = False
                 if action == UPDATE and node in pending:
                     attempted[node] = pending[node][2]
                 self._resource_status(record, resource, status, outcome.reason)
@@ -268,9 +268,13 @@ class Engine:
         graph: DependencyGraph,
         previous: dict[str, ResourceRecord],
         forward: bool = False,
+        rolled_from: dict[str, dict[str, Any]] | None = None,
+        retained: dict[str, str] | None = None,
     ) -> str:
         """Delete or restore resources in reverse (or, with `forward`, creation) dependency order;
-        returns a failure summary or ''."""
+        returns a failure summary or ''. A restore's OldResourceProperties come from `rolled_from`
+        (default: the recorded properties);
+        `retained` (logical id -> reason) get no Delete request."""
         if not operations:
             return ""
         context = _context(record)
@@ -283,13 +287,17 @@ class Engine:
                 old = previous[node]
                 kinds[node] = UPDATE
                 request = build_request(
-                    context, UPDATE, node, resource.resource_type, old.properties, resource.physical_id, resource.properties
+                    context, UPDATE, node, resource.resource_type, old.properties, resource.physical_id,
+                    (rolled_from or {}).get(node, resource.properties),
                 )
                 self._resource_status(record, resource, "UPDATE_IN_PROGRESS", "Rollback to the previous properties")
                 return Call(resource.service_token, request, old.timeout)
             if resource.deletion_policy == "Retain":
                 kinds[node] = _SKIPPED
                 return Outcome(ok=True, reason="DeletionPolicy is Retain: no Delete request sent")
+            if retained and node in retained:
+                kinds[node] = _SKIPPED
+                return Outcome(ok=True, reason=retained[node])
             if _never_requested(resource):
                 kinds[node] = _UNCHANGED
                 return Outcome(ok=True)

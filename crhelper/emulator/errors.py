@@ -48,6 +48,17 @@ class StackStateError(EmulatorError):
         self.next_operations = next_operations
 
 
+class UnknownResourceError(EmulatorError):
+    """A delete was asked to retain resources the stack does not have; `known` lists those it has."""
+
+    def __init__(self, stack: str, unknown: Iterable[str], known: Iterable[str]) -> None:
+        self.stack = stack
+        self.unknown = sorted(unknown)
+        self.known = sorted(known)
+        listed = ", ".join(self.known) or "none"
+        super().__init__(f"cannot retain {', '.join(self.unknown)}: stack '{stack}' has no such resource (its resources: {listed})")
+
+
 class ResolutionError(EmulatorError):
     """An intrinsic function could not be evaluated; `path` is the template key path."""
 

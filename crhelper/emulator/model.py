@@ -39,7 +39,11 @@ class StackEvent:
 
 @dataclass
 class ResourceRecord:
-    """What the emulator knows about one resource between operations."""
+    """What the emulator knows about one resource between operations.
+
+    `properties` are those of its last successful Create or Update (what the provider applied);
+    `requested` is false while no request ever reached a provider for it (its token did not
+    resolve or nothing was bound to it), so deleting it sends none."""
 
     logical_id: str
     resource_type: str
@@ -52,6 +56,7 @@ class ResourceRecord:
     status: str = ""
     status_reason: str = ""
     depends_on: list[str] = field(default_factory=list)
+    requested: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

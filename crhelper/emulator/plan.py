@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..constants import MAX_ROS_TIMEOUT
+from ..logs import redact_url
+from ..servicetoken import VALID_FORMS, ServiceTokenError, parse_service_token
 from .errors import ResolutionError, TemplateValidationError
 from .graph import DependencyGraph
 from .intrinsics import NO_VALUE, UNKNOWN, Evaluator, references
@@ -123,6 +125,8 @@ def resource_settings(plan: Plan, spec: ResourceSpec, lookup: ResourceLookup, dr
     token = plan.evaluate(spec.service_token, f"{path}.ServiceToken", lookup, dry_run)
     if token is not UNKNOWN and (not isinstance(token, str) or not token or len(token) > MAX_SERVICE_TOKEN_CHARS):
         raise ResolutionError(f"{path}.ServiceToken", f"must be a non-empty string of at most {MAX_SERVICE_TOKEN_CHARS} characters")
+    if token is not UNKNOWN:
+        _check_token_form(token, f"{path}.ServiceToken")
     timeout: Any = DEFAULT_TIMEOUT
     if spec.timeout is not None:
         timeout = plan.evaluate(spec.timeout, f"{path}.Timeout", lookup, dry_run)
@@ -167,6 +171,23 @@ def service_tokens(plan: Plan) -> dict[str, tuple[str, ...]]:
         if isinstance(token, str):
             tokens.setdefault(token, []).append(name)
     return {token: tuple(names) for token, names in tokens.items()}
+
+
+def shown_token(token: str) -> str:
+    """A ServiceToken for messages: a `web:` URL's query string may hold a credential."""
+    head, sep, url = token.partition(":")
+    return f"{head}{sep}{redact_url(url)}" if head.startswith("web") and sep else token
+
+
+def _check_token_form(token: str, path: str) -> None:
+    """A token no route can reach fails before anything is sent (a provider never hears of it),
+    naming the rule it breaks and every form that works."""
+    try:
+        parse_service_token(token)
+    except ServiceTokenError as exc:
+        raise ResolutionError(
+            path, f"'{shown_token(token)}' is not a valid ServiceToken: {exc.problem}; valid forms: " + "; ".join(VALID_FORMS)
+        ) from None
 
 
 def _check_timeout(value: Any, path: str) -> float:

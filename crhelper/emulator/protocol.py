@@ -16,6 +16,11 @@ MAX_PHYSICAL_ID_BYTES = 255
 Deliverer = Callable[[str, dict[str, Any], float], dict[str, Any]]
 
 
+class RequestNotSent(Exception):
+    """Raised by a deliverer when the request never left (no provider is bound to the token):
+    the resource fails, and a Create that was never sent leaves nothing to delete."""
+
+
 @dataclass(frozen=True)
 class StackContext:
     stack_id: str
@@ -65,10 +70,12 @@ class Outcome:
     physical_id: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
     data_given: bool = False
+    #: False when the request never reached a provider (the deliverer raised RequestNotSent).
+    sent: bool = True
 
 
-def failure(reason: str) -> Outcome:
-    return Outcome(ok=False, reason=reason)
+def failure(reason: str, *, sent: bool = True) -> Outcome:
+    return Outcome(ok=False, reason=reason, sent=sent)
 
 
 def interpret_response(request: dict[str, Any], body: Any) -> Outcome:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .graph import DependencyGraph
-from .protocol import Deliverer, Outcome, describe_exception, failure, interpret_response
+from .protocol import Deliverer, Outcome, RequestNotSent, describe_exception, failure, interpret_response
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ class Runner:
             if time.monotonic() > deadline:
                 outcome = failure(_timeout_reason(call.timeout))
             elif error is not None:
-                outcome = failure(describe_exception(error))
+                outcome = failure(describe_exception(error), sent=not isinstance(error, RequestNotSent))
             else:
                 outcome = interpret_response(call.request, body)
             settle(node, outcome)

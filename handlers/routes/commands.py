@@ -130,7 +130,11 @@ def _stdout_gone() -> bool:
 def services(args: argparse.Namespace) -> int:
     registry = ServiceRegistry()
     if args.action == "list":
-        for name, backends in sorted(registry.load().items()):
+        services = registry.load()
+        if not services:
+            print("router services: none registered; next: crhelper router services register SERVICE HOST:PORT",
+                  file=sys.stderr)
+        for name, backends in sorted(services.items()):
             print(f"{name}: " + ", ".join(b.addr + (" (leader)" if b.leader else "") for b in backends))
         return 0
     if not args.service or not args.addr:

@@ -140,3 +140,31 @@ def test_the_fc_cold_path_imports_no_sdk_and_nothing_of_the_command_line() -> No
     assert outside == []
     assert not [m for m in loaded if m.startswith(("crhelper.cli", "crhelper.emulator", "crhelper.manifest",
                                                     "crhelper.contract", "crhelper.local"))]
+
+
+@pytest.mark.parametrize("source, problem, next_step", [
+    ("x = (\n", "bad_at_import.py:1: SyntaxError: '(' was never closed", "fix the syntax at that line"),
+    # raised inside crhelper (the registry): the user's line is named, not the library's
+    ("from crhelper import Provider\nprovider = Provider()\n\nprovider.create('Bad')(print)\n",
+     "bad_at_import.py:4: ValueError: resource type must be", "`python bad_at_import.py` shows the traceback"),
+    ("import json\nimport not_installed_dependency_xyz\n",
+     "bad_at_import.py:2: ModuleNotFoundError: No module named 'not_installed_dependency_xyz'",
+     "install the package that provides 'not_installed_dependency_xyz'"),
+])
+def test_a_failed_import_is_described_in_one_line_with_file_and_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     source: str, problem: str, next_step: str) -> None:
+    (tmp_path / "bad_at_import.py").write_text(source, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(Exception) as raised:
+        load_provider("bad_at_import.py")
+    described, hint = loading.describe_load_failure("bad_at_import.py", raised.value)
+    assert described.startswith(problem) and "\n" not in described
+    assert next_step in hint
+
+
+def test_a_spec_error_is_described_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    with pytest.raises(ProviderSpecError) as raised:
+        load_provider("samples/greeting.py:missing")
+    assert loading.describe_load_failure("samples/greeting.py:missing", raised.value) == (
+        raised.value.problem, raised.value.next_step)

@@ -240,12 +240,19 @@ def test_update_with_only_parameter_changes(emulator: StackEmulator, provider: P
     )
     create(emulator, provider, doc, events, parameters={"P": "1"})
     provider.requests.clear()
-    assert emulator.update("s", None, {"Q": "q2"}, provider).status == "UPDATE_COMPLETE"
+    assert emulator.update("s", None, {"Q": "q2"}, provider, use_previous_parameters=True).status == "UPDATE_COMPLETE"
     assert provider.sent() == [("Update", "B")]
     assert emulator.describe("s").parameters == {"P": "1", "Q": "q2"}
     provider.requests.clear()
-    assert emulator.update("s", None, {}, provider).status == "UPDATE_COMPLETE"
+    assert emulator.update("s", None, {}, provider, use_previous_parameters=True).status == "UPDATE_COMPLETE"
     assert provider.requests == []
+    # As in ROS, without UsePreviousParameters a parameter not given takes the template's default
+    # (Q back to "q"), and one without a default must be given again.
+    with pytest.raises(TemplateValidationError, match="Parameters.P: no value given"):
+        emulator.update("s", None, {}, provider)
+    assert emulator.update("s", None, {"P": "1"}, provider).status == "UPDATE_COMPLETE"
+    assert provider.sent() == [("Update", "B")] and provider.last("B", "Update")["ResourceProperties"] == {"V": "q"}
+    assert emulator.describe("s").parameters == {"P": "1", "Q": "q"}
 
 
 def test_update_failure_rolls_back_with_old_properties(

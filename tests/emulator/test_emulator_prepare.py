@@ -39,7 +39,9 @@ def test_an_update_keeps_the_template_and_the_previous_parameters(emulator: Stac
     provider.on("A", "Create", data={"Token": TOKEN})
     provider.on("A", "Update", data={"Token": TOKEN})
     emulator.create("s", doc(), {"P": "first", "Key": "k1"}, provider)
-    prepared = emulator.prepare("update", "s", None, {"P": "second"})
+    # Without UsePreviousParameters (ROS's default) Key would take its Default again.
+    assert emulator.prepare("update", "s", None, {"P": "second"}).http_configs == {"B": {"SignKey": "k"}}
+    prepared = emulator.prepare("update", "s", None, {"P": "second"}, use_previous_parameters=True)
     assert prepared.template_text == doc() and prepared.http_configs == {"B": {"SignKey": "k1"}}
     assert emulator.run(prepared, provider).status == "UPDATE_COMPLETE"
     assert provider.last("A", "Update")["ResourceProperties"] == {"V": "second"}

@@ -36,6 +36,8 @@ def update(props: dict, old: dict, request: Request) -> Result:
 
 @provider.delete("Custom::Echo")
 def delete(props: dict, request: Request) -> None:
+    if props.get("FailDelete"):
+        raise Failure(f"intentional delete failure: {props['FailDelete']}")
     time.sleep(float(props.get("Sleep", 0)))
 
 

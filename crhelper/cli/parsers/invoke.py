@@ -14,16 +14,25 @@ if TYPE_CHECKING:
 DESCRIPTION = (
     "Load the provider, send it the request from --event (its ResponseURLs are replaced by a local\n"
     "capturing server), and print the response body exactly as the provider sent it.\n"
-    "The exit code is 0 for SUCCESS, 1 for FAILED, 2 when nothing valid was answered.\n\n"
+    "The exit code is 0 for SUCCESS, 1 for FAILED, 2 when nothing valid was answered (the provider\n"
+    "cannot be loaded, e.g. a syntax error, reported as file:line and the error; an unreadable event;\n"
+    "no response; a protocol violation).\n\n"
     "With --timeout, a handler still running shortly before the timeout is answered FAILED\n"
     "\"timed out\" and the command exits right after that answer, without waiting for the handler.\n"
-    "Each run has a private idempotency store, so the handler runs every time; set CRHELPER_STORE to\n"
-    "share one between runs (a repeated RequestId is then a duplicate)."
+    "Each run has a fresh private idempotency store, so the handler runs every time (CRHELPER_STORE\n"
+    "is not used); --store URL shares one between runs: a repeated RequestId is then a duplicate,\n"
+    "answered from the store's record for 24 h.\n\n"
+    "PROVIDER path/to/file.py means path/to/file.py:provider.\n"
+    "With --json, stdout is one JSON document: {\"response\": the body as sent (null if none),\n"
+    "\"outcome\": {status SUCCESS|FAILED|ERROR, exit_code, method, bytes, attempts, violations,\n"
+    "error: null or {problem, next_step}}}, for errors too."
 )
 EPILOG = (
     "examples:\n"
     "  crhelper invoke samples/greeting.py:provider --event samples/events/create.json\n"
-    "  crhelper invoke samples/greeting.py:provider --event samples/events/create.json --timeout 3"
+    "  crhelper invoke samples/greeting.py --event samples/events/update.json --json\n"
+    "  crhelper invoke samples/greeting.py:provider --event samples/events/create.json --timeout 3\n"
+    "  crhelper invoke samples.greeting:provider --event samples/events/create.json --store sqlite:///invoke.db"
 )
 
 
@@ -38,4 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=None, help="act as a Function Compute function with this timeout (s)")
     parser.add_argument("--fail-first", type=int, default=0, metavar="N", help="the ResponseURL answers 500 to the first N attempts")
     parser.add_argument("--check", action="store_true", help="also print ROS protocol violations found in the response")
+    parser.add_argument("--store", metavar="URL", default=None,
+                        help="the idempotency store to use, shared between runs (sqlite:///<path>, s3://..., none); "
+                             "default: a fresh private store per run")
+    parser.add_argument("--json", action="store_true",
+                        help="print the response and the outcome as one JSON document (errors too)")
     parser.set_defaults(func=Body("crhelper.cli.invoke:run_and_exit"))

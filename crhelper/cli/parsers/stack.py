@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import RAW, Body, add_command
 
@@ -41,7 +43,15 @@ the next command (describe, list, events, update, delete) reports the stack *_FA
   crhelper stack describe --stack demo --json      # status CREATE_FAILED after a killed create
   crhelper stack delete --stack demo               # then clean up what it created
 
+A stack that cannot be deleted (a provider that keeps failing its Delete, a binding that is gone)
+can always be removed, as with ROS DeleteStack RetainResources / RetainAllResources: the retained
+resources get no Delete request and are reported DELETE_COMPLETE "retained ...":
+  crhelper stack delete --stack demo --retain Greeting     # delete the rest, leave Greeting as it is
+  crhelper stack delete --stack demo --retain-all          # forget the stack, send no request at all
+
 Exit codes: 0 the operation completed, 1 it failed (see the events), 2 usage or validation error.
+With --json every outcome is one JSON document on stdout, errors too:
+  {"error": {"kind": "template-invalid", "message": "...", "hint": "...", "errors": ["..."]}}
 """
 
 EPILOG = """\
@@ -50,11 +60,38 @@ examples:
   crhelper stack create templates/demo.yaml --stack demo -p Name=ros -p Times=3 --json
   crhelper stack create app.yaml --stack app -s 'acs:fc:cn-hangzhou:123456789:services/s/functions/f=mypkg.provider:provider'
   crhelper stack update templates/demo.yaml --stack demo -p Times=5
+  crhelper stack update --stack demo --use-previous-parameters -p Times=5
   crhelper stack outputs --stack demo
   crhelper stack events --stack demo
   crhelper stack delete --stack demo
+  crhelper stack delete --stack demo --retain Greeting
   crhelper stack create templates/demo.yaml --stack flaky --duplicate --response-fail-first 2
 """
+
+
+class JsonErrorsParser(argparse.ArgumentParser):
+    """A sub-command parser whose own errors (a missing --stack, a bad number) come as the same
+    JSON error document as every other error when the command line asks for --json."""
+
+    json_requested = False
+
+    # argparse calls this with the sub-command's own arguments: the one place that sees them before error().
+    def parse_known_args(  # type: ignore[override]  # one signature for typeshed's overloads
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None,
+    ) -> tuple[argparse.Namespace, list[str]]:
+        self.json_requested = "--json" in (sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> NoReturn:
+        if not self.json_requested:
+            super().error(message)
+        print(json.dumps(error_document("usage", message, f"see `{self.prog} --help`"), indent=2))
+        sys.exit(EXIT_USAGE)
+
+
+def error_document(kind: str, message: str, hint: str = "", **extra: Any) -> dict[str, Any]:
+    """What --json prints for an error: its kind, message and next step (plus details, e.g. `errors`)."""
+    return {"error": {"kind": kind, "message": message, "hint": hint, **extra}}
 
 
 def _common(parser: argparse.ArgumentParser, *, stack: bool = True) -> None:
@@ -102,7 +139,7 @@ def register(subparsers: SubParsers) -> None:
 
 
 def add_commands(parser: argparse.ArgumentParser) -> None:
-    commands = parser.add_subparsers(title="commands", metavar="<command>")
+    commands = parser.add_subparsers(title="commands", metavar="<command>", parser_class=JsonErrorsParser)
 
     create = commands.add_parser("create", help="create a stack and wait for it", formatter_class=RAW,
                                  description="Create a stack: every resource gets a Create request; on failure the "
@@ -117,16 +154,34 @@ def add_commands(parser: argparse.ArgumentParser) -> None:
     update = commands.add_parser("update", help="update a stack to a new template and/or parameters", formatter_class=RAW,
                                  description="Update: changed resources get Update (with OldResourceProperties), added ones "
                                              "Create, removed ones Delete; a failure rolls back with the old properties.",
-                                 epilog="example: crhelper stack update templates/demo.yaml --stack demo -p Times=5")
+                                 epilog="examples:\n"
+                                        "  crhelper stack update templates/demo.yaml --stack demo -p Times=5\n"
+                                        "  crhelper stack update --stack demo --use-previous-parameters -p Times=5")
     _template_options(update, optional=True)
     _common(update)
+    update.add_argument("--use-previous-parameters", action="store_true",
+                        help="parameters not given keep the stack's current values (ROS UsePreviousParameters); "
+                             "without it they take the template's defaults, as in ROS")
     update.add_argument("--disable-rollback", action="store_true", help="do not roll back a failed update")
     _delivery_options(update)
     update.set_defaults(func=Body("crhelper.cli.stack:update"))
 
-    delete = commands.add_parser("delete", help="delete a stack (DeletionPolicy Retain resources get no request)",
-                                 epilog="example: crhelper stack delete --stack demo")
+    delete = commands.add_parser(
+        "delete", help="delete a stack (DeletionPolicy Retain resources get no request)", formatter_class=RAW,
+        description="Delete a stack: every resource gets a Delete request, dependents first.\n"
+                    "Resources with DeletionPolicy Retain, and those kept with --retain or --retain-all\n"
+                    "(ROS RetainResources / RetainAllResources), get none and are reported\n"
+                    "DELETE_COMPLETE \"retained ...\": a stack in DELETE_FAILED can always be deleted this way.",
+        epilog="examples:\n"
+               "  crhelper stack delete --stack demo\n"
+               "  crhelper stack delete --stack demo --retain Greeting       # after Greeting's Delete failed\n"
+               "  crhelper stack delete --stack demo --retain App WebRoute   # several resources\n"
+               "  crhelper stack delete --stack demo --retain-all            # send no Delete at all")
     _common(delete)
+    retain = delete.add_mutually_exclusive_group()
+    retain.add_argument("--retain", nargs="+", action="extend", default=[], metavar="RESOURCE",
+                        help="logical ids of resources to leave as they are (no Delete request); repeatable")
+    retain.add_argument("--retain-all", action="store_true", help="leave every resource as it is and forget the stack")
     _delivery_options(delete)
     delete.set_defaults(func=Body("crhelper.cli.stack:delete"))
 
