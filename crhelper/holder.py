@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Callable
 
 _cached: tuple[int, str] | None = None
 
@@ -43,10 +44,13 @@ def process_alive(pid: int, ticks: str = "") -> bool:
         if fields_[0] in ("Z", "X"):
             return False
         return not ticks or len(fields_) < 20 or fields_[19] == ticks
-    if os.path.isdir("/proc/self"):
-        return False
-    try:  # no /proc: signal 0 tells whether it exists
-        os.kill(pid, 0)
+    return not os.path.isdir("/proc/self") and signal_reaches(os.kill, pid)
+
+
+def signal_reaches(probe: Callable[[int, int], None], target: int) -> bool:
+    """Where there is no /proc: signal 0 (`os.kill`, `os.killpg`) tells whether the target exists."""
+    try:
+        probe(target, 0)
     except ProcessLookupError:
         return False
     except PermissionError:

@@ -3,7 +3,7 @@
 A fresh process per invocation keeps handlers isolated (module state, env vars, crashes) and
 makes the timeout kill exact: the worker runs in its own process group, so a SIGKILL of the
 group also ends anything the handler spawned. Being in its own session, a worker would outlive a
-SIGKILLed endpoint; it is started with the one-invocation lifetime of `crhelper.local.supervisor`
+SIGKILLed endpoint; it is started with the one-invocation lifetime of `crhelper.local.processes`
 (`start_process(die_with_parent=True)`) and dies with the endpoint.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from crhelper.local.fc_auth import AccessKey
 from crhelper.local.fc_context import context_payload
 from crhelper.local.fc_protocol import timeout_error
 from crhelper.local.fc_registry import FunctionSpec
-from crhelper.local.supervisor import python_env, signal_group, start_process
+from crhelper.local.processes import python_env, signal_group, start_process
 
 _DRAIN_SECONDS = 5.0
 

@@ -4,7 +4,7 @@ Run as `python -m crhelper.local.fc_worker`. The job arrives as JSON on stdin. T
 written as JSON to the original stdout, while fd 1 is pointed at stderr so everything the
 handler prints (stdout, stderr, logging) lands in one log stream the parent captures.
 
-A worker dies with the endpoint that started it (`crhelper.local.supervisor.die_with_parent`, the
+A worker dies with the endpoint that started it (`crhelper.local.processes.die_with_parent`, the
 one-invocation lifetime): the worker runs in its own session, so nothing else would end it when
 the endpoint is SIGKILLed (a killed `crhelper stack` run would leave providers running, and
 answering, a stack no one waits for).
@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from crhelper.local.fc_context import FCContext, build_context
 from crhelper.local.fc_registry import split_handler
-from crhelper.local.supervisor import PARENT_PID_ENV, die_with_parent
+from crhelper.local.processes import PARENT_PID_ENV, die_with_parent
 
 #: PARENT_PID_ENV stays importable from here: stand-in endpoints (tests) set it to start a worker by hand.
 __all__ = ["PARENT_PID_ENV", "encode_result", "main", "run_job"]

@@ -11,7 +11,8 @@ Two lifetimes (`../shared/spec/cloud-apis.md` §4):
   The daemon's state file is the record of what runs; when no daemon runs and nothing recorded is
   alive, clients answer from it under the daemon's lock instead of starting a daemon to say so.
 
-Standard library only and light at import: the FC worker imports this on every invocation.
+Standard library only. The one-invocation primitives the FC worker needs on every invocation live
+in the lighter `crhelper.local.processes`.
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Dict, List, Mapping, MutableMapping, Optional, Sequence, Tuple
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from crhelper import paths
 from crhelper.config import env_float
 from crhelper import holder
 from crhelper.holder import stat_fields, start_ticks
+from crhelper.local.processes import python_env, signal_group
 
 #: Liveness of a pid (and, given its start ticks, that it is still that process): one home, `crhelper.holder`.
 process_alive = holder.process_alive
@@ -107,67 +109,16 @@ class SupervisorSettings:
 
 
 # -------------------------------------------------------------------------------- process primitives
-#: The pid of the process a one-invocation child must not outlive (set by `start_process`).
-PARENT_PID_ENV = "CRHELPER_PARENT_PID"
-_PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
-_ORPHAN_POLL_SECONDS = 0.5
-#: The checkout (or site-packages) this crhelper was imported from.
-PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
-
-_File = Optional[Any]  # what subprocess accepts for stdin/stdout/stderr: PIPE, DEVNULL, an fd, a file
-
-
-def python_env(env: Mapping[str, str]) -> dict[str, str]:
-    """`env` with this crhelper first on PYTHONPATH, so a `python -m crhelper...` child imports the same one."""
-    result = dict(env)
-    result["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
-    return result
-
-
-def start_process(argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None,
-                  stdin: _File = subprocess.DEVNULL, stdout: _File = None, stderr: _File = None,
-                  die_with_parent: bool = False) -> "subprocess.Popen[bytes]":
-    """Start `argv` (no shell) as the leader of a new session and process group, so
-    `signal_group(proc.pid, ...)` reaches everything it spawns. With `die_with_parent` the child
-    is told this process's pid and, calling `die_with_parent()`, does not outlive it."""
-    child_env = dict(os.environ if env is None else env)
-    if die_with_parent:
-        child_env[PARENT_PID_ENV] = str(os.getpid())
-    return subprocess.Popen(list(argv), cwd=cwd, env=child_env, stdin=stdin, stdout=stdout, stderr=stderr,
-                            start_new_session=True, close_fds=True)
-
-
-def signal_group(pgid: int, sig: int) -> bool:
-    """Send `sig` to every process of group `pgid`; False when the group no longer exists."""
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def process_start_ticks(pid: int) -> str:
     """When `pid` started (clock ticks since boot), to tell it from a later process with its pid; "" if unknown."""
     return start_ticks(pid)
-
-
-def _exists(probe: Callable[[int, int], None], target: int) -> bool:
-    """Where there is no /proc: signal 0 (`os.kill`, `os.killpg`) tells whether the target exists."""
-    try:
-        probe(target, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def group_alive(pgid: int) -> bool:
     """Whether any process of group `pgid` still runs. Zombies count as gone: PID 1 of a container
     may never reap them, and they hold nothing (where /proc is missing, `killpg(0)` decides)."""
     if not os.path.isdir("/proc/self"):
-        return _exists(os.killpg, pgid)
+        return holder.signal_reaches(os.killpg, pgid)
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             stat = stat_fields(int(entry))
@@ -226,61 +177,6 @@ def wait_port(host: str, port: int, timeout: float, *, interval: float = 0.05,
         if time.monotonic() >= deadline or (alive is not None and not alive()):
             return False
         time.sleep(interval)
-
-
-def _set_parent_death_signal() -> bool:
-    """Linux: have the kernel SIGKILL this process when its parent dies; False where unsupported."""
-    if not sys.platform.startswith("linux"):
-        return False
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def become_subreaper() -> bool:
-    """Linux: orphaned descendants of this process's children are reparented here (not to PID 1,
-    which in a container may never reap them), so the caller can reap them; False where unsupported."""
-    if not sys.platform.startswith("linux"):
-        return False
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def _watch_parent(parent: int) -> None:
-    """Fallback without prctl: poll the parent pid and kill this process's group when orphaned."""
-    while os.getppid() == parent:
-        time.sleep(_ORPHAN_POLL_SECONDS)
-    if os.getpgrp() == os.getpid():  # our own group (start_process starts a session): take our children too
-        os.killpg(os.getpgrp(), signal.SIGKILL)
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def die_with_parent(env: MutableMapping[str, str] | None = None) -> None:
-    """End this process as soon as the one that started it (`start_process(die_with_parent=True)`)
-    is gone, even by SIGKILL: in its own session, nothing else would end it.
-
-    The death signal is set in the child itself (no preexec_fn: unsafe with threads); checking the
-    parent pid afterwards closes the race where the parent died before the prctl call. Started any
-    other way (by hand: no PARENT_PID_ENV), it leaves the process alone.
-    """
-    expected = (os.environ if env is None else env).pop(PARENT_PID_ENV, "")
-    if not expected.isdigit():
-        return
-    parent = int(expected)
-    armed = _set_parent_death_signal()
-    if os.getppid() != parent:  # orphaned already: the signal was armed too late to fire
-        os._exit(1)
-    if not armed:
-        threading.Thread(target=_watch_parent, args=(parent,), name="orphan-watch", daemon=True).start()
 
 
 # ------------------------------------------------------------------------------------------ secrets

@@ -35,10 +35,11 @@ from crhelper.config import ConfigError
 from crhelper.local.supervisor import (
     BAD_REQUEST, EXITED, EXITING, INTERNAL, LIVE, NOT_FOUND, REFUSED, RUNNING, SPEC_CONFLICT, STARTING, START_FAILED,
     STOPPED,
-    ProcessRecord, ProcessSpec, StateLock, SupervisorError, SupervisorPaths, SupervisorSettings, become_subreaper,
+    ProcessRecord, ProcessSpec, StateLock, SupervisorError, SupervisorPaths, SupervisorSettings,
     group_alive, load_records, peer_uid, port_open, process_alive, process_start_ticks, read_message,
-    save_records, send_message, start_process, stop_group,
+    save_records, send_message, stop_group,
 )
+from crhelper.local.processes import become_subreaper, start_process
 from crhelper.logs import configure, get_logger
 from crhelper.signals import stop_requested
 

@@ -17,9 +17,9 @@ import pytest
 from crhelper.config import ConfigError
 from crhelper.local.supervisor import (
     INVALID_SPEC, MASK, ProcessRecord, ProcessSpec, SupervisorError, SupervisorPaths, SupervisorSettings,
-    group_alive, mask_env, port_open, process_alive, process_start_ticks, signal_group, start_process, stop_group,
-    tail_lines, wait_port,
+    group_alive, mask_env, port_open, process_alive, process_start_ticks, stop_group, tail_lines, wait_port,
 )
+from crhelper.local.processes import signal_group, start_process
 from supervisor_support import IGNORES_TERM, SLEEPS, WITH_GRANDCHILD, free_address, python
 
 
