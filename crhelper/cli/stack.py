@@ -195,7 +195,8 @@ def _bindings(args: argparse.Namespace, home: Path, template: Path | None) -> Bi
     source = args.bindings or (default_bindings_path(template) if template is not None else None)
     if source is not None:
         loaded = load_bindings(source)
-        bindings = dataclasses.replace(loaded, providers={**bindings.providers, **loaded.providers})
+        bindings = dataclasses.replace(loaded, providers={**bindings.providers, **loaded.providers},
+                                       environment={**bindings.environment, **loaded.environment})
     bindings = bindings.with_flags(args.bind)
     if args.in_process:
         bindings = dataclasses.replace(bindings, mode="inprocess")

@@ -8,14 +8,16 @@ emulator.create(..., deliver)`). Per request it
 2. routes it by ServiceToken:
    - FC 2.0 `services/S/functions/F` -> the bound provider as a function of a local Function
      Compute endpoint, invoked asynchronously with the real `fc2` SDK (`delivery_fc`);
-   - FC 3.0 `functions/F` -> in-process `provider.handle(request)`: fc2 speaks only the 2.0 API;
+   - FC 3.0 `functions/F` -> in-process `provider.process(request)`: fc2 speaks only the 2.0 API;
    - MNS `queues/Q` / `topics/T` -> sent / published through a local MNS endpoint and consumed
      by the project's `QueueWorker` running the provider (`delivery_mns`);
    - `web:` -> POSTed to the URL for real, `web[sync]:` -> the HTTP reply is the response
      (`delivery_web`), signed when the resource's HttpConfig has a SignKey;
    - with `mode: inprocess`, every bound FC/MNS token is handled in-process (fast, no processes);
-3. waits for the answer at the ResponseURL up to the resource's Timeout, and fails the resource
-   with the server's exact message if the answer broke a ROS rule.
+3. waits for the answer at the ResponseURL up to the resource's Timeout (a provider returning
+   `InProgress` answers from a later invocation: FC re-invocations through the local endpoint, the
+   in-process scheduler, or the MNS queue), and fails the resource with the server's exact message
+   if the answer broke a ROS rule.
 """
 
 from __future__ import annotations
@@ -113,8 +115,14 @@ class StackDelivery:
         with self._lock:
             routes = [r for r in (self._fc, self._mns) if r is not None]
             self._fc = self._mns = None
+            providers = list(self._providers.values())
+            self._providers.clear()
         for route in routes:
             route.stop()
+        for provider in providers:  # their in-process schedulers; what is left stays in the store
+            close = getattr(provider, "close", None)
+            if callable(close):
+                close()
         if self._started:
             self.server.stop()
             self._started = False
@@ -134,7 +142,8 @@ class StackDelivery:
             if self._fc is None:
                 self._fc = FcRoute(self.region, self.account_id, workers=self.workers,
                                    kill_provider=self.faults.kill_provider,
-                                   kill_after=self.faults.kill_provider_after).start()
+                                   kill_after=self.faults.kill_provider_after,
+                                   environment=self.bindings.environment).start()
             return self._fc
 
     @property
@@ -201,16 +210,19 @@ class StackDelivery:
             fc = self.fc
             invocations = [fc.send(token, spec, request, timeout) for _ in range(attempts)]
             self._record(ROUTE_FC, service_token, request)
-            return self._await(request, deadline, timeout, attempts, lambda: fc.failure(invocations[-1]))
+            return self._await(request, deadline, timeout, attempts, lambda: fc.failure(invocations[-1]),
+                               lambda: fc.timeout_note(invocations[0]))
         if isinstance(token, (MnsQueueToken, MnsTopicToken)) and self.bindings.mode == "endpoints":
-            for _ in range(attempts):
-                self.mns.send(token, spec, request)
+            mns = self.mns
+            sent = [mns.send(token, spec, request) for _ in range(attempts)]
             self._record(ROUTE_MNS, service_token, request)
-            return self._await(request, deadline, timeout, attempts, None)
+            return self._await(request, deadline, timeout, attempts, None, settled=lambda: mns.consumed(sent))
         provider = self.provider(spec)
-        for _ in range(attempts):
-            provider.handle(copy.deepcopy(request))
+        continuing = [_handle_in_process(provider, copy.deepcopy(request)) for _ in range(attempts)][0]
         self._record(ROUTE_INPROCESS, service_token, request)
+        if continuing:  # its in-process scheduler answers later
+            return self._await(request, deadline, timeout, attempts, None,
+                               lambda: " (the operation was still in progress: the provider returned InProgress)")
         return self._await(
             request, deadline, timeout, attempts,
             lambda: "the provider returned without an accepted response at the ResponseURL",
@@ -252,9 +264,12 @@ class StackDelivery:
         return [c for c in list(self.server.captures) if c.token == url_token]
 
     def _await(
-        self, request: dict[str, Any], deadline: float, timeout: float, expected: int, gone: Callable[[], str | None] | None
+        self, request: dict[str, Any], deadline: float, timeout: float, expected: int, gone: Callable[[], str | None] | None,
+        note: Callable[[], str] | None = None, settled: Callable[[], bool] | None = None,
     ) -> dict[str, Any]:
-        """The first accepted answer at the request's ResponseURL, checked against ROS's rules."""
+        """The first accepted answer at the request's ResponseURL, checked against ROS's rules.
+        `gone` says why no answer can come any more; `note` what a timeout adds to its reason;
+        `settled` whether every delivery was handled (a duplicate then needs no more grace)."""
         url_token = _url_token(request["ResponseURL"])
         grace_end: float | None = None
         while True:
@@ -265,12 +280,16 @@ class StackDelivery:
                 grace_end = min(deadline, now + DUPLICATE_GRACE)
             if len(accepted) >= expected or (accepted and (reason is not None or now >= (grace_end or now))):
                 break
+            if accepted and settled is not None and settled():
+                time.sleep(_POLL)  # a second answer sent just before its message was deleted
+                accepted = [c for c in self._captures(url_token) if c.status == 200]
+                break
             if reason is not None:
                 raise DeliveryError(f"{reason}{_attempts_note(self._captures(url_token))}")
             if now >= deadline:
                 raise TimeoutError(
                     f"timed out after {timeout:g} s without a response at the ResponseURL"
-                    f"{_attempts_note(self._captures(url_token))}"
+                    f"{note() if note is not None else ''}{_attempts_note(self._captures(url_token))}"
                 )
             time.sleep(_POLL)
         problems: list[str] = []
@@ -289,6 +308,17 @@ class StackDelivery:
                 if entry.request_id == request.get("RequestId") and entry.status is None:
                     self.delivered[index] = Delivered(entry.route, entry.service_token, entry.request_type,
                                                       entry.logical_id, entry.request_id, status)
+
+
+def _handle_in_process(provider: Any, request: dict[str, Any]) -> bool:
+    """Hand the request to an in-process provider; True when it is continuing (nothing was due now:
+    `InProgress`, or a duplicate of a request in flight), so its answer comes later."""
+    process = getattr(provider, "process", None)
+    if not callable(process):  # a plain object with handle(): it answers now or never
+        provider.handle(request)
+        return False
+    outcome = process(request)
+    return outcome.body is None and not outcome.error
 
 
 def _attempts_note(captures: list[Capture]) -> str:

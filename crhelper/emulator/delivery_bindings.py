@@ -6,6 +6,8 @@ A bindings file (YAML or JSON) looks like::
       acs:fc:cn-hangzhou:123456789:services/demo/functions/greeting: ../samples/greeting.py:provider
       acs:mns:cn-hangzhou:123456789:queues/routes: handlers.routes.provider:provider
     mode: endpoints        # endpoints (default: local FC / MNS servers) or inprocess
+    environment:           # optional: variables of the emulated FC functions (as a deployed function's)
+      CRHELPER_STORE: sqlite:///tmp/shared.sqlite
     faults:                # optional fault injection, see `Faults`
       duplicate: true
       response_fail_first: 2
@@ -15,6 +17,9 @@ against the bindings file's directory (in a `-s TOKEN=SPEC` flag: against the cu
 and kept absolute, so a stack's remembered bindings work from any directory later. `-s` flags add
 to (and override) the file.
 Tokens are matched in canonical form, so `acs:mns:...:/queues/q` and `...:queues/q` are the same.
+Emulated FC functions get what a deployed function gets: a store shared by all their instances
+(`CRHELPER_STORE`, by default the local store under `$CRHELPER_HOME`) and the endpoint to
+re-invoke themselves through; `environment` (or the emulator's own `CRHELPER_STORE`) overrides it.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from ..servicetoken import ServiceTokenError, WebToken, parse_service_token
 
 MODES = ("endpoints", "inprocess")
 BINDINGS_SUFFIX = ".bindings.yaml"
-_FILE_KEYS = frozenset({"bindings", "mode", "faults"})
+_FILE_KEYS = frozenset({"bindings", "mode", "faults", "environment"})
 
 
 class BindingError(ValueError):
@@ -89,6 +94,8 @@ class Bindings:
     providers: dict[str, str] = field(default_factory=dict)
     mode: str = "endpoints"
     faults: Faults = field(default_factory=Faults)
+    #: Environment variables of every emulated FC function (over the emulator's defaults).
+    environment: dict[str, str] = field(default_factory=dict)
 
     def provider_for(self, token: str) -> str | None:
         """The bound provider spec, or None (also for tokens that are not valid)."""
@@ -179,7 +186,23 @@ def parse_bindings(document: Any, base: Path, where: str = "bindings file") -> B
         faults = Faults(**{str(k): v for k, v in faults_raw.items()})
     except TypeError as exc:
         raise BindingError(f"{where}: faults: {exc}") from None
-    return Bindings(providers, mode, faults)
+    return Bindings(providers, mode, faults, _environment(document.get("environment"), where))
+
+
+def _environment(raw: Any, where: str) -> dict[str, str]:
+    """`environment`: NAME -> scalar value, as a function's environment variables are."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise BindingError(f"{where}: environment must map variable names to values")
+    environment = {}
+    for name, value in raw.items():
+        if not isinstance(name, str) or not name or "=" in name or "\0" in name:
+            raise BindingError(f"{where}: environment.{name}: a variable name must be a non-empty string without '='")
+        if isinstance(value, (Mapping, list)) or value is None:
+            raise BindingError(f"{where}: environment.{name}: the value must be a string, number or boolean")
+        environment[name] = str(value).lower() if isinstance(value, bool) else str(value)
+    return environment
 
 
 def load_bindings(path: str | Path) -> Bindings:
@@ -214,6 +237,8 @@ def remember_bindings(home: Path, stack: str, bindings: Bindings) -> None:
     except (OSError, ValueError):
         known = {}
     known[stack] = {"bindings": bindings.providers, "mode": bindings.mode}
+    if bindings.environment:  # a later delete must reach the store the resources' operations used
+        known[stack]["environment"] = bindings.environment
     path.write_text(json.dumps(known, indent=2, sort_keys=True), encoding="utf-8")
 
 

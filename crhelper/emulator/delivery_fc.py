@@ -4,17 +4,28 @@ Requests are sent with the real `fc2` SDK as **async** invocations (`x-fc-invoca
 which is what ROS plausibly does (it waits up to 12 h for the ResponseURL; spec §4.1): the
 provider gets a real FC context (function timeout, credentials, request id) in a fresh worker
 process, and a crashed attempt is retried by FC's async queue.
+
+An emulated function gets what a deployed one gets, through its environment only: a store shared by
+all its instances (`CRHELPER_STORE`: the local store under `$CRHELPER_HOME` unless the emulator's
+environment or the bindings' `environment` name one) and the endpoint to re-invoke itself through
+(`CRHELPER_FC_ENDPOINT`, set by the local FC for every function), so a provider returning
+`InProgress` continues exactly as on Function Compute: delayed async self-invocations.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from ..local.fc_server import LocalFunctionCompute
 from ..servicetoken import FcFunctionToken
+from ..store.url import SETTING as STORE_SETTING
+from ..store.url import default_url
+from ..transports.fc import PENDING
 from .delivery_fc_handler import KILL_AFTER_ENV, KILL_DIR_ENV, PROVIDER_ENV
 
 HANDLER = "crhelper.emulator.delivery_fc_handler:handler"
@@ -25,16 +36,37 @@ ASYNC_RETRY_DELAY = 0.5
 FUNCTION_TIMEOUT_SLACK = 10.0
 
 
+def function_environment(configured: Mapping[str, str], emulator: Mapping[str, str]) -> dict[str, str]:
+    """The variables an emulated function gets on top of the emulator's own: the shared local store
+    unless the emulator's environment already names one, then the bindings' `environment`."""
+    env = {} if emulator.get(STORE_SETTING) else {STORE_SETTING: default_url(emulator)}
+    env.update(configured)
+    return env
+
+
+def in_progress(record: Any) -> bool:
+    """Whether a settled invocation returned the framework's "nothing to send now" summary
+    (an operation continuing through re-entries, or a duplicate of one in flight)."""
+    last = record.attempts[-1] if record.attempts else None
+    try:
+        summary = json.loads(last.result) if last is not None and last.result else None
+    except ValueError:
+        return False
+    return isinstance(summary, dict) and summary.get("Status") == PENDING
+
+
 class FcRoute:
     """One local FC endpoint per stack operation; functions are registered on first use."""
 
     def __init__(
-        self, region: str, account_id: str, *, workers: int = 64, kill_provider: bool = False, kill_after: float = 0.0
+        self, region: str, account_id: str, *, workers: int = 64, kill_provider: bool = False, kill_after: float = 0.0,
+        environment: Mapping[str, str] | None = None,
     ) -> None:
         self._fc = LocalFunctionCompute(region=region, account_id=account_id, async_workers=workers,
                                         async_retry_delay=ASYNC_RETRY_DELAY)
         self._kill_dir = tempfile.TemporaryDirectory(prefix="crhelper-kill-") if kill_provider else None
         self._kill_after = kill_after
+        self._environment = dict(environment or {})
         self._lock = threading.Lock()
         self._timeouts: dict[tuple[str, str], float] = {}
         self._client: Any = None
@@ -59,7 +91,8 @@ class FcRoute:
         with self._lock:
             if self._timeouts.get(key, 0) >= timeout:
                 return
-            env = {PROVIDER_ENV: spec}
+            env = function_environment(self._environment, os.environ)
+            env[PROVIDER_ENV] = spec
             if self._kill_dir is not None:
                 env[KILL_DIR_ENV] = self._kill_dir.name
                 env[KILL_AFTER_ENV] = str(self._kill_after)
@@ -85,9 +118,28 @@ class FcRoute:
         except KeyError:
             return None
         if record.status == "succeeded":
+            if in_progress(record):
+                return None  # its continuations answer, through their own invocations
             return "the function finished but its response never reached the ResponseURL"
         if record.status not in ("failed", "dropped"):
             return None
-        last = record.attempts[-1] if record.attempts else None
-        detail = f": {last.error_type}: {last.error_message}" if last is not None and last.error_message else ""
-        return f"the function failed on all {len(record.attempts)} attempt(s) without answering{detail}"
+        return f"the function failed on all {len(record.attempts)} attempt(s) without answering{_error_of(record)}"
+
+    def timeout_note(self, invocation_id: str) -> str:
+        """What a timed-out wait adds to its reason: an operation still in progress, and the last
+        invocation of the function that failed for good since (a continuation that kept crashing)."""
+        try:
+            first = self._fc.record(invocation_id)
+        except KeyError:
+            return ""
+        if first.status != "succeeded" or not in_progress(first):
+            return ""
+        later = [r for r in self._fc.records if r.received >= first.received and r.request_id != invocation_id
+                 and (r.service, r.function) == (first.service, first.function) and r.status in ("failed", "dropped")]
+        failed = f"; an invocation of the function since failed for good{_error_of(later[-1])}" if later else ""
+        return f" (the operation was still in progress: the provider returned InProgress{failed})"
+
+
+def _error_of(record: Any) -> str:
+    last = record.attempts[-1] if record.attempts else None
+    return f": {last.error_type}: {last.error_message}" if last is not None and last.error_message else ""

@@ -74,13 +74,16 @@ class MnsRoute:
             self._queues[name] = queue
         return self._queues[name]
 
-    def send(self, token: MnsQueueToken | MnsTopicToken, spec: str, request: dict[str, Any]) -> None:
+    def send(self, token: MnsQueueToken | MnsTopicToken, spec: str, request: dict[str, Any]) -> tuple[str, str] | None:
+        """Send or publish the request; for a queue token, (queue, message id) to ask `consumed` about."""
         body = json.dumps(request, ensure_ascii=False)
         with self._lock:
             if isinstance(token, MnsQueueToken):
                 queue = self._queue(token.queue, spec)
+                # Sent under the lock: the SDK client's single connection is not thread-safe.
+                sent = queue.send_message(Message(body))
+                return token.queue, str(sent.message_id)
             else:
-                queue = None
                 if token.topic not in self._topics:
                     inbox = f"{token.topic}-ros-emulator"[:256]
                     self._queue(inbox, spec)
@@ -90,8 +93,10 @@ class MnsRoute:
                     subscription.subscribe(SubscriptionMeta(self._mns.queue_arn(inbox), notify_content_format="SIMPLIFIED"))
                     self._topics[token.topic] = topic
                 topic = self._topics[token.topic]
-            # Sent under the lock: the SDK client's single connection is not thread-safe.
-            if queue is not None:
-                queue.send_message(Message(body))
-            else:
-                topic.publish_message(TopicMessage(body))
+            topic.publish_message(TopicMessage(body))
+            return None
+
+    def consumed(self, sent: "list[tuple[str, str] | None]") -> bool:
+        """Whether every message sent to a queue was consumed (handled and deleted by the worker);
+        False for publications, whose queued copies are not tracked."""
+        return all(s is not None and not self._mns.holds_message(*s) for s in sent)

@@ -44,6 +44,11 @@ class RunResult:
         return not self.failed and not self.not_started
 
 
+#: How long past a request's Timeout the scheduler still waits for its deliverer, whose own timeout
+#: reason says more (an operation still in progress, refused attempts) than the scheduler can.
+DELIVERER_GRACE = 1.0
+
+
 def _timeout_reason(seconds: float) -> str:
     return f"timed out after {seconds:g} s without a response from the provider"
 
@@ -92,19 +97,19 @@ class Runner:
                     ).start()
             if not inflight:
                 break
-            next_deadline = min(deadline for _, deadline, _ in inflight.values())
+            next_deadline = min(deadline for _, deadline, _ in inflight.values()) + DELIVERER_GRACE
             try:
                 node, number, body, error = results.get(timeout=max(0.0, next_deadline - time.monotonic()))
             except queue.Empty:
                 now = time.monotonic()
-                for late in [n for n, (_, deadline, _) in inflight.items() if deadline <= now]:
+                for late in [n for n, (_, deadline, _) in inflight.items() if deadline + DELIVERER_GRACE <= now]:
                     _, _, call = inflight.pop(late)
                     settle(late, failure(_timeout_reason(call.timeout)))
                 continue
             if node not in inflight or inflight[node][0] != number:
                 continue
             _, deadline, call = inflight.pop(node)
-            if time.monotonic() > deadline:
+            if error is None and time.monotonic() > deadline:
                 outcome = failure(_timeout_reason(call.timeout))
             elif error is not None:
                 outcome = failure(describe_exception(error), sent=not isinstance(error, RequestNotSent))

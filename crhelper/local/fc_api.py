@@ -46,7 +46,7 @@ def _attempt(number: int, result: InvocationResult) -> AttemptRecord:
     return AttemptRecord(number=number, started=result.started, ended=result.ended,
                          outcome=result.status, error_type=error.get("errorType"),
                          error_message=error.get("errorMessage"),
-                         log_tail=result.log[-LOG_TAIL_BYTES:])
+                         log_tail=result.log[-LOG_TAIL_BYTES:], result=result.body[:LOG_TAIL_BYTES])
 
 
 class FcApi:

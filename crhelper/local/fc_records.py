@@ -15,7 +15,8 @@ DROPPED = "dropped"
 class AttemptRecord:
     """One execution of the handler; `outcome` is 'success', 'error' or 'timeout'.
 
-    `log_tail` holds the last 4 KB of the attempt's log (FC would ship it to SLS).
+    `log_tail` holds the last 4 KB of the attempt's log (FC would ship it to SLS); `result` the
+    first 4 KB of what the handler returned (a caller can tell "answered" from "still working").
     """
 
     number: int
@@ -25,6 +26,7 @@ class AttemptRecord:
     error_type: str | None = None
     error_message: str | None = None
     log_tail: bytes = b""
+    result: bytes = b""
 
 
 @dataclass(frozen=True)

@@ -470,6 +470,10 @@ class LocalMNS:
             raise RuntimeError("LocalMNS is not started")
         return self._identity.cert_pem
 
+    def holds_message(self, queue: str, message_id: str) -> bool:
+        """Whether `queue` still holds the message (a consumer has not deleted it yet)."""
+        return self.broker is not None and self.broker.holds(queue, message_id)
+
     @property
     def started_api(self) -> MnsApi:
         """The request router; start() sets it before the server begins serving."""

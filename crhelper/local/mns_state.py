@@ -206,6 +206,12 @@ class Broker:
                     counts["DelayMessages"] += 1
             return dataclasses.replace(queue, messages={}, attrs=dict(queue.attrs)), counts
 
+    def holds(self, name: str, message_id: str) -> bool:
+        """Whether the queue still holds this message (not yet deleted by a consumer)."""
+        with self._cond:
+            queue = self._queues.get(name)
+            return queue is not None and message_id in queue.messages
+
     def delete_queue(self, name: str) -> None:
         with self._cond:
             self._queues.pop(name, None)

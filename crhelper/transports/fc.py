@@ -21,6 +21,8 @@ _log = get_logger("fc")
 
 #: Operations one timer invocation resumes at most.
 RECOVERY_BATCH = 20
+#: The summary's Status when nothing was sent now (an operation continuing, or a duplicate).
+PENDING = "PENDING"
 
 
 def is_timer_event(body: object) -> bool:
@@ -34,7 +36,7 @@ def summary(outcome: Outcome) -> dict[str, Any]:
         return outcome.body
     if outcome.error:
         return {"Status": "FAILED", "Reason": f"request could not be answered: {outcome.error}"}
-    return {"Status": "PENDING", "Reason": "nothing to send now (operation in progress, or a duplicate)"}
+    return {"Status": PENDING, "Reason": "nothing to send now (operation in progress, or a duplicate)"}
 
 
 def answer_invocation(

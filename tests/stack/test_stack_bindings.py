@@ -48,7 +48,7 @@ def test_flags_add_and_override_and_split_at_the_last_equals() -> None:
     ("bindings: {web:http://x/: a.b:provider}", "web tokens are POSTed to their URL for real and cannot be bound"),
     ("bindings: {'acs:fc:cn-hangzhou:1:functions/f': nocolon}", "the provider must be 'package.module:provider'"),
     ("bindings: {'acs:ecs:cn-hangzhou:1:x/y': a.b:p}", "product 'ecs' is not supported"),
-    ("binding: {}", "unknown key(s) binding; allowed: bindings, faults, mode"),
+    ("binding: {}", "unknown key(s) binding; allowed: bindings, environment, faults, mode"),
     ("mode: cloud", "mode must be one of endpoints, inprocess, got 'cloud'"),
     ("faults: {explode: true}", "unknown fault(s) explode"),
     ("faults: {response_fail_status: 200}", "faults.response_fail_status: must be an HTTP error status 400-599"),
