@@ -5,15 +5,16 @@ No I/O here except the user's handler itself; the runtime decides when and where
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import traceback
 from dataclasses import dataclass
 from typing import Any
 
 from .constants import CREATE, DELETE, NOTHING_CREATED_IDS, UPDATE
-from .errors import Failure
+from .errors import Failure, PropertiesError
 from .logs import get_logger
-from .properties import secret_values, validate
+from .properties import secret_values, validate, validate_leniently
 from .registry import Registry, UnknownType
 from .request import Request
 from .response import (
@@ -25,6 +26,7 @@ from .response import (
     failed_physical_id,
     failed_response,
     fit_to_limit,
+    mask_secrets,
     physical_id_problem,
     success_body,
 )
@@ -57,9 +59,8 @@ def _call(registration: Any, request: Request, props: Any, old: Any) -> Any:
 
 
 def _log_exception(exc: BaseException, secrets: list[str]) -> None:
-    """The traceback goes to the log (not the Reason), with secret values masked."""
-    from .response import mask_secrets  # the same masking as the Reason: repr-, JSON- and URL-escaped forms too
-
+    """The traceback goes to the log (not the Reason), with secret values masked as in the Reason
+    (repr-, JSON- and URL-escaped forms too)."""
     text = mask_secrets("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), secrets)
     _log.error("handler raised", extra={"fields": {"traceback": text}})
 
@@ -121,6 +122,40 @@ def progress_problem(progress: InProgress) -> str | None:
     return None
 
 
+#: Appended to an Update's strict validation error: ROS rolls back with an Update whose
+#: ResourceProperties are the ones deployed before, and sends no flag saying so.
+ROLLBACK_HINT = " (if this Update is a rollback, these are the properties deployed before it, which today's model must still accept)"
+
+
+def typed_properties(model: Any, request: Request) -> "tuple[Any, Any, PropertiesError | None]":
+    """(props, old, problem) in the handler's type. What the request asks for (Create's and Update's
+    ResourceProperties) is validated strictly: PropertiesError. What was deployed before (Delete's
+    ResourceProperties, Update's OldResourceProperties) is validated leniently: a value today's model
+    refuses comes back unvalidated with `problem`, so it never blocks a delete or a rollback."""
+    if request.request_type == DELETE:
+        checked = validate_leniently(model, request.properties, "ResourceProperties")
+        return checked.value, None, checked.problem
+    try:
+        props = validate(model, request.properties, "ResourceProperties")
+    except PropertiesError as exc:
+        if request.request_type == UPDATE:
+            raise PropertiesError(exc.reason + ROLLBACK_HINT, exc.fields) from None
+        raise
+    if request.request_type != UPDATE:
+        return props, None, None
+    checked = validate_leniently(model, request.old_properties or {}, "OldResourceProperties")
+    return props, checked.value, checked.problem
+
+
+def _warn_unvalidated(request: Request, problem: PropertiesError, secrets: list[str]) -> None:
+    """Field names and rules only: the values may be secrets (and those the model knows are masked)."""
+    which = "Delete's ResourceProperties" if request.request_type == DELETE else "Update's OldResourceProperties"
+    _log.warning(
+        f"{which} fail today's model: {', '.join(problem.fields)}; the handler is called with them unvalidated",
+        extra={"fields": {"InvalidFields": list(problem.fields), "Problem": mask_secrets(problem.reason, secrets)}},
+    )
+
+
 def dispatch(registry: Registry, request: Request, default_type: str | None) -> "dict[str, Any] | InProgress | Orphaned":
     """The response body for `request`, or the InProgress its handler returned.
     Never raises for anything the handler or the input does."""
@@ -146,13 +181,11 @@ def dispatch(registry: Registry, request: Request, default_type: str | None) -> 
 
     secrets: list[str] = []
     try:
-        model = registration.shape.model
-        props = validate(model, request.properties, "ResourceProperties")
-        secrets = secret_values(props)
-        old = None
-        if request.request_type == UPDATE:
-            old = validate(model, request.old_properties or {}, "OldResourceProperties")
-            secrets += secret_values(old)
+        props, old, problem = typed_properties(registration.shape.model, request)
+        secrets = secret_values(props) + secret_values(old)
+        if problem is not None:
+            _warn_unvalidated(request, problem, secrets)
+            request = dataclasses.replace(request, invalid_properties=problem.reason)
         returned = _call(registration, request, props, old)
     except BaseException as exc:  # sys.exit(), KeyboardInterrupt, CancelledError: still one answer
         if not isinstance(exc, Failure):

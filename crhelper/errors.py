@@ -16,4 +16,9 @@ class RequestError(ValueError):
 
 
 class PropertiesError(Failure):
-    """ResourceProperties failed validation; the Reason lists fields and rules, never values."""
+    """ResourceProperties failed validation; the Reason lists fields and rules, never values.
+    `fields` names the failing fields alone (`ResourceProperties.Tags[0].Key`), for logs."""
+
+    def __init__(self, reason: str, fields: tuple[str, ...] = ()) -> None:
+        super().__init__(reason)
+        self.fields = fields

@@ -62,6 +62,11 @@ class Request:
     attempt: int = 0
     #: POSIX time the operation started (the first call)
     started_at: float | None = None
+    #: Set when properties deployed earlier (a Delete's ResourceProperties, an Update's
+    #: OldResourceProperties) fail today's model: the error a strict validation gives, naming each field
+    #: and rule, never a value. The handler then gets them unvalidated, as far as possible in the model's
+    #: type, so that a tightened model never blocks a delete or a rollback. None when they validate.
+    invalid_properties: str | None = None
 
     @property
     def is_create(self) -> bool:
