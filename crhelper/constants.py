@@ -38,3 +38,7 @@ MAX_NESTING_DEPTH = 100
 #: ROS's longest resource Timeout (12 h): the bound of a custom resource's Timeout and of a long
 #: operation's deadline.
 MAX_ROS_TIMEOUT = 43_200.0
+
+#: The framework's INFO log message for each step of a long operation that returned InProgress (one
+#: per poll): `crhelper invoke`, the contract and the emulator's heartbeat count polls by it.
+IN_PROGRESS_LOG_MESSAGE = "operation in progress"

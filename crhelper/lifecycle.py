@@ -29,7 +29,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import holder
-from .constants import CREATE, DELETE, NOTHING_CREATED_IDS
+from .constants import CREATE, DELETE, IN_PROGRESS_LOG_MESSAGE, NOTHING_CREATED_IDS
 from .dispatch import Orphaned
 from .response import exception_reason, failed_response
 from .logs import get_logger, request_context
@@ -677,7 +677,7 @@ class Lifecycle:
             reentry.schedule(current.id, delay)
         except Exception as exc:  # the continuation is stored: recovery or a redelivery can still resume it
             _log.error("could not schedule the next call", extra={"fields": {"error": exception_reason(exc)}})
-        _log.info("operation in progress", extra={"fields": {"attempt": continuation.attempt, "delay": delay, "via": reentry.name}})
+        _log.info(IN_PROGRESS_LOG_MESSAGE, extra={"fields": {"attempt": continuation.attempt, "delay": delay, "via": reentry.name}})
         return Verdict(None, request)
 
     def _timed_out(self, key: IdempotencyKey, request: Request, hold: _Hold) -> Verdict:

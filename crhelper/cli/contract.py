@@ -15,8 +15,7 @@ from typing import Any, Sequence, TextIO
 import yaml
 
 from ..contract.suite import DEFAULT_BUDGET, ContractReport, run_contract
-from ..loading import ProviderSpecError, load_provider
-from . import provider_spec
+from .invoke import Refused, close_provider, load_named
 from .parsers import RAW
 from .parsers.contract import DESCRIPTION, EPILOG, add_arguments
 
@@ -63,23 +62,19 @@ def run(args: argparse.Namespace) -> int:
         return _refuse(str(exc))
     if not args.resource_type.startswith("Custom::") and args.resource_type != "ALIYUN::ROS::CustomResource":
         return _refuse("--type must be Custom::<Name> or ALIYUN::ROS::CustomResource")
+    os.environ.setdefault("CRHELPER_LOG_LEVEL", "DEBUG")  # every line the provider can log is checked
     try:
-        spec, manifest = provider_spec.resolve(args.provider)
-    except ProviderSpecError as exc:
-        return _refuse(exc.problem, exc.next_step)
+        provider, manifest = load_named(args.provider)  # a load failure in one line: file:line: Error, and next
+    except Refused as refusal:
+        return _refuse(refusal.problem, refusal.next_step)
     if manifest is not None and args.resource_type not in manifest.resource_types:
         return _refuse(f"provider {manifest.name} has no type {args.resource_type}",
                        f"--type one of {', '.join(manifest.resource_types)}")
-    os.environ.setdefault("CRHELPER_LOG_LEVEL", "DEBUG")  # every line the provider can log is checked
     try:
-        provider = load_provider(spec, cwd_importable=True)
-    except ProviderSpecError as exc:
-        return _refuse(f"cannot load {args.provider}: {exc.problem}", exc.next_step)
-    except Exception as exc:  # noqa: BLE001 - any import-time failure is the provider's, reported not raised
-        return _refuse(f"cannot load {args.provider}: {type(exc).__name__}: {exc}",
-                       "the provider's module raised while being imported; fix that error and run again")
-    report = run_contract(provider, args.resource_type, create, update, secrets=args.secret,
-                          budget=DEFAULT_BUDGET if args.budget is None else args.budget, name=args.provider)
+        report = run_contract(provider, args.resource_type, create, update, secrets=args.secret,
+                              budget=DEFAULT_BUDGET if args.budget is None else args.budget, name=args.provider)
+    finally:
+        close_provider(provider)  # stops the scheduler that ran its continuations
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

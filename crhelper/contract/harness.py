@@ -1,25 +1,106 @@
 """Drives one provider in-process, request by request, and records everything a contract check needs.
 
 Each call gets fresh ResponseURLs on a real local `ResponseServer`; the harness times the call,
-reads the answer the provider posted there (with the server's protocol violations), captures what
-the provider wrote to its logs, stdout and stderr, and can count calls of registered handlers.
+waits for the answer the provider posts there (through every continuation of a long operation,
+within the budget), reads it with the server's protocol violations, captures what the provider
+wrote to its logs, stdout and stderr, counts polls, and can observe calls of registered handlers.
+`PollCounter` and `await_answer` also serve `crhelper invoke`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
+import math
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..constants import IN_PROGRESS_LOG_MESSAGE
 from ..emulator.protocol import StackContext, build_request
-from ..local.response_server import ResponseServer
-from ..logs import JsonFormatter, redact_url
+from ..local.response_server import Capture, ResponseServer
+from ..logs import LOGGER_NAME, JsonFormatter, redact_url
+from ..provider import Provider
+from ..request import Request
+
+#: The record crhelper/lifecycle.py logs (INFO, fields attempt, delay, via) each time a handler
+#: returns InProgress and its next call is scheduled: one per poll.
+IN_PROGRESS_RECORD = IN_PROGRESS_LOG_MESSAGE
+
+
+class PollCounter(logging.Handler):
+    """Counts the framework's "operation in progress" records per RequestId: a long operation's polls,
+    seen as its logs show them, from whichever thread runs the continuation."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self._fields = JsonFormatter()
+        self._counts: Counter[str] = Counter()
+        self._counting = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage() != IN_PROGRESS_RECORD:
+            return
+        try:  # the request's fields live in the logging context; the formatter is their public reader
+            request_id = json.loads(self._fields.format(record)).get("RequestId")
+        except ValueError:
+            request_id = None
+        with self._counting:
+            self._counts[str(request_id or "")] += 1
+
+    def polls(self, request_id: str | None = None) -> int:
+        """Polls of one request, or of all requests when None."""
+        with self._counting:
+            return sum(self._counts.values()) if request_id is None else self._counts[request_id]
+
+    @staticmethod
+    def visible() -> bool:
+        """Whether the framework's log level lets the records through (CRHELPER_LOG_LEVEL at most INFO)."""
+        return logging.getLogger(LOGGER_NAME).isEnabledFor(logging.INFO)
+
+    def attach(self) -> None:
+        logging.getLogger(LOGGER_NAME).addHandler(self)
+
+    def detach(self) -> None:
+        logging.getLogger(LOGGER_NAME).removeHandler(self)
+
+    @contextlib.contextmanager
+    def attached(self) -> Iterator["PollCounter"]:
+        self.attach()
+        try:
+            yield self
+        finally:
+            self.detach()
+
+
+def await_answer(server: ResponseServer, request_id: str, until: float, *,
+                 tick: Callable[[], None] | None = None, every: float = math.inf) -> bool:
+    """Wait until `server` has accepted an answer to `request_id` or `until` (time.monotonic())
+    passes, calling `tick` every `every` seconds meanwhile; whether an answer came."""
+    next_tick = time.monotonic() + every
+    while True:
+        now = time.monotonic()
+        if now >= until:
+            return False
+        try:
+            server.wait_for(request_id, timeout=max(0.0, min(until, next_tick) - now))
+            return True
+        except TimeoutError:
+            if tick is not None and time.monotonic() >= next_tick:
+                tick()
+                next_tick += every
+
+
+def in_progress(outcome: Any) -> bool:
+    """Whether `Provider.process` came back with nothing to send now and no error: the operation
+    continues (or the request was a duplicate already answered)."""
+    return getattr(outcome, "body", None) is None and not getattr(outcome, "error", None)
 
 
 @dataclass
@@ -32,6 +113,8 @@ class Call:
     violations: list[str]
     finished: bool
     error: str | None = None
+    #: The first call answered nothing yet (InProgress): the answer came from its continuations.
+    in_progress: bool = False
 
     @property
     def status(self) -> str | None:
@@ -62,6 +145,15 @@ class _Capture(logging.Handler):
 
 
 @dataclass
+class HandlerCall:
+    """One call of an observed handler: the Request it was given (None when it does not take one)
+    and what it returned (unset while it runs or when it raised)."""
+
+    request: Request | None
+    returned: Any = None
+
+
+@dataclass
 class Harness:
     """`with Harness(provider, "Custom::X") as h: call = h.send("Create", props)`."""
 
@@ -72,17 +164,19 @@ class Harness:
     server: ResponseServer = field(default_factory=ResponseServer)
     calls: list[Call] = field(default_factory=list)
     output: io.StringIO = field(default_factory=io.StringIO)
+    polls: PollCounter = field(default_factory=PollCounter)
 
     def __post_init__(self) -> None:
         stack_id = f"contract-{uuid.uuid4()}"
         self.context = StackContext(stack_id, "contract", "cn-hangzhou", "123456789")
-        self._lock = threading.Lock()
 
     def __enter__(self) -> "Harness":
         self.server.start()
+        self.polls.attach()  # for the harness's whole life: a continuation may poll between two deliveries
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.polls.detach()
         self.server.stop()
 
     def request(self, request_type: str, properties: dict[str, Any], physical_id: str | None = None,
@@ -95,25 +189,37 @@ class Harness:
              old: dict[str, Any] | None = None) -> Call:
         return self.deliver(self.request(request_type, properties, physical_id, old))
 
+    def answers(self, event: dict[str, Any]) -> list[Capture]:
+        """Every attempt to answer `event` that reached its ResponseURLs, in order of arrival."""
+        token = event["ResponseURL"].split("?", 1)[0].rsplit("/", 1)[-1]
+        return [c for c in list(self.server.captures) if c.token == token]
+
     def deliver(self, event: dict[str, Any]) -> Call:
-        """Hand `event` to the provider and wait (up to the budget) for it to return."""
+        """Hand `event` to the provider and wait (up to the budget) for it to return, and when a
+        crhelper Provider answered nothing yet (InProgress), for the answer of its continuations."""
         outcome: list[BaseException | None] = []
+        pending: list[bool] = []
 
         def work() -> None:
             try:
-                self.provider.handle(dict(event))
+                if isinstance(self.provider, Provider):
+                    pending.append(in_progress(self.provider.process(dict(event))))
+                else:
+                    self.provider.handle(dict(event))
                 outcome.append(None)
             except BaseException as exc:  # noqa: BLE001 - a raising provider is a finding, not a crash
                 outcome.append(exc)
 
         started = time.monotonic()
+        answered = True
         with self._captured():
             worker = threading.Thread(target=work, name="contract-call", daemon=True)
             worker.start()
             worker.join(self.budget)
+            if outcome and pending and pending[0]:
+                answered = await_answer(self.server, str(event.get("RequestId")), started + self.budget)
         seconds = time.monotonic() - started
-        token = event["ResponseURL"].split("?", 1)[0].rsplit("/", 1)[-1]
-        captures = [c for c in list(self.server.captures) if c.token == token]
+        captures = self.answers(event)
         accepted = [c for c in captures if c.status == 200]
         violations: list[str] = []
         for capture in captures:
@@ -125,7 +231,8 @@ class Harness:
                 if event.get(key):
                     error = error.replace(event[key], redact_url(event[key]))
         answer = accepted[-1].body if accepted else None
-        call = Call(event, seconds, answer, violations, finished=bool(outcome), error=error)
+        call = Call(event, seconds, answer, violations, finished=bool(outcome) and answered, error=error,
+                    in_progress=bool(pending and pending[0]))
         self.calls.append(call)
         return call
 
@@ -145,24 +252,27 @@ class Harness:
             framework.removeHandler(handler)
 
     @contextlib.contextmanager
-    def counting(self, operation: str) -> Iterator[list[int]]:
-        """Count calls of the provider's registered handler for `operation` (crhelper Providers only)."""
-        counter = [0]
+    def observing(self, operation: str) -> Iterator[list[HandlerCall]]:
+        """Record each call of the provider's registered handler for `operation`, continuations
+        included (crhelper Providers only; for others the list stays empty)."""
+        calls: list[HandlerCall] = []
         registry = getattr(self.provider, "registry", None)
         registration = registry.get(self.resource_type, operation) if registry is not None else None
         if registration is None:
-            yield counter
+            yield calls
             return
         registration.shape  # resolve the handler's signature before the stand-in replaces it
         original = registration.func
 
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            counter[0] += 1
-            return original(*args, **kwargs)
+        def observed(*args: Any, **kwargs: Any) -> Any:
+            call = HandlerCall(next((a for a in args if isinstance(a, Request)), None))
+            calls.append(call)
+            call.returned = original(*args, **kwargs)
+            return call.returned
 
-        registration.func = counted
+        registration.func = observed
         try:
-            yield counter
+            yield calls
         finally:
             registration.func = original
 

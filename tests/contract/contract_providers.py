@@ -1,4 +1,5 @@
-"""Providers for the contract tests: hand-rolled broken ones and a leaky crhelper one (loaded by file path too)."""
+"""Providers for the contract tests: hand-rolled broken ones, a leaky crhelper one, a long-running one
+(answering once, or twice on purpose) and one whose rollback Update fails (loaded by file path too)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 import requests
 
-from crhelper import Provider, Request, Result
+from crhelper import Failure, InProgress, Provider, Request, Result
 
 _log = logging.getLogger("contract-tests")
 
@@ -79,3 +80,50 @@ def delete(props: dict, request: Request) -> None:
 
 
 broken = Broken()
+
+
+polling = Provider()
+
+
+@polling.create("Custom::Polled")
+def create_polled(props: dict, request: Request) -> Result | InProgress:
+    """Answers after `Calls` calls, `Delay` s apart; with `AnswerTwice`, also posts its own answer first."""
+    step = (request.state or {}).get("step", 0) + 1
+    if step < int(props.get("Calls", 3)):
+        return InProgress(state={"step": step}, delay=float(props.get("Delay", 0.2)))
+    physical_id, data = f"polled-{props['Name']}", {"Steps": step}
+    if props.get("AnswerTwice"):
+        own = {"StackId": request.stack_id, "RequestId": request.request_id,
+               "LogicalResourceId": request.logical_resource_id, "ResponseURL": request.response_url}
+        post(own, "SUCCESS", physical_id, data)
+    return Result(physical_id=physical_id, data=data)
+
+
+@polling.update("Custom::Polled")
+def update_polled(props: dict, old: dict, request: Request) -> Result:
+    return Result(data={"Steps": int(props.get("Calls", 3))})
+
+
+@polling.delete("Custom::Polled")
+def delete_polled(props: dict, request: Request) -> None:
+    return None
+
+
+name_locked = Provider()  # samples/greeting.py before it was made rollback-safe
+
+
+@name_locked.create("Custom::Greeting")
+def create_locked(props: dict, request: Request) -> Result:
+    return Result(physical_id=f"greeting-{props['Name']}", data={"Text": f"hi {props['Name']}"})
+
+
+@name_locked.update("Custom::Greeting")
+def update_locked(props: dict, old: dict, request: Request) -> Result:
+    if props["Name"] != old["Name"]:  # the rollback Update (the same two property sets swapped) changes it too
+        raise Failure("Name cannot change: it is part of the physical id; create a new resource instead")
+    return Result(data={"Text": f"hi {props['Name']}"})
+
+
+@name_locked.delete("Custom::Greeting")
+def delete_locked(props: dict, request: Request) -> None:
+    return None

@@ -34,11 +34,17 @@ def test_example_provider_passes_every_check() -> None:
     assert [c.name for c in report.checks] == list(CHECKS)
     assert report.passed, report.failures()
     assert report.check("update-keeps-id").detail.startswith("kept 'greeting-c'")
+    assert report.check("rollback-update").detail == (
+        "the rollback Update (properties swapped back) after the Update kept 'greeting-c' and the Create's Data")
+    assert (verdicts(report)["long-running"], report.check("long-running").detail) == (
+        "SKIP", "the Create was answered in its first call (no InProgress for these properties)")
 
 
 def test_update_check_is_skipped_without_update_properties() -> None:
     report = run_contract(greeting_provider(), "Custom::Greeting", {"Name": "c"})
     assert report.passed and verdicts(report)["update-keeps-id"] == "SKIP"
+    assert (verdicts(report)["rollback-update"], report.check("rollback-update").detail) == (
+        "SKIP", "no --update properties given")
 
 
 def test_routing_app_and_route_pass_the_contract() -> None:
@@ -59,9 +65,11 @@ def test_broken_provider_fails_exactly_the_checks_it_breaks() -> None:
         "create-delete": "PASS",
         "create-duplicate": "FAIL",
         "update-keeps-id": "FAIL",
+        "rollback-update": "FAIL",
         "delete-twice": "FAIL",
         "delete-failed-create": "FAIL",
         "delete-unknown": "FAIL",
+        "long-running": "SKIP",
         "response-limits": "FAIL",
         "no-secrets-in-logs": "FAIL",
         "time-budget": "PASS",
@@ -69,6 +77,9 @@ def test_broken_provider_fails_exactly_the_checks_it_breaks() -> None:
     assert "PhysicalResourceId changed from 'broken-" in report.check("create-duplicate").detail
     assert report.check("delete-failed-create").detail == "FAILED (no such resource), PhysicalResourceId 'crhelper:CREATE_FAILED'"
     assert "body is 5" in report.check("response-limits").detail
+    assert report.check("rollback-update").detail.startswith(
+        "the rollback Update (properties swapped back) after the Update: PhysicalResourceId changed from 'broken-")
+    assert report.check("long-running").detail == "not a crhelper Provider: its continuations cannot be observed"
     assert report.check("no-secrets-in-logs").detail == "found a ResponseURL (or its signature) of the Create request"
 
 
@@ -98,7 +109,7 @@ def test_cli_prints_a_table_and_exits_by_verdict(tmp_path: Path) -> None:
                          "--properties", create, "--update", update], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert ok.returncode == 0, ok.stderr
     assert "  PASS  create-duplicate      both answered 'greeting-cli'" in ok.stdout
-    assert ok.stdout.splitlines()[-1] == "PASSED: 9 of 9 checks passed or skipped"
+    assert ok.stdout.splitlines()[-1] == "PASSED: 11 of 11 checks passed or skipped"
     broken = subprocess.run([sys.executable, "-m", "crhelper.cli.contract", "tests/contract/contract_providers.py:broken",
                              "--type", "Custom::Thing", "--properties", create, "--json"],
                             capture_output=True, text=True, timeout=60, cwd=REPO)
@@ -119,15 +130,23 @@ def test_cli_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("source,message", [("x = (\n", "SyntaxError: "), ("raise RuntimeError('boom at import')\n", "RuntimeError: boom")])
+@pytest.mark.parametrize("source,line,message,next_step", [
+    ("x = 1\nx = (\n", 2, "SyntaxError: '(' was never closed", "fix the syntax at that line, then run again"),
+    ("raise RuntimeError('boom at import\\nsecond line')\n", 1, "RuntimeError: boom at import ...",
+     "the provider's module raised while being imported; fix it and run again (`python {path}` shows the traceback)"),
+])
 def test_cli_provider_that_fails_to_import_exits_2_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                                   source: str, message: str) -> None:
-    (tmp_path / "bad_provider.py").write_text(source)
+                                                                   source: str, line: int, message: str,
+                                                                   next_step: str) -> None:
+    path = tmp_path / "bad_provider.py"
+    path.write_text(source)
     props = write(tmp_path, "p.json", {"Name": "x"})
-    code = contract_main([f"{tmp_path / 'bad_provider.py'}:provider", "--type", "Custom::X", "--properties", props])
+    code = contract_main([f"{path}:provider", "--type", "Custom::X", "--properties", props])
     err = capsys.readouterr().err
     assert code == 2
-    assert f"cannot load {tmp_path / 'bad_provider.py'}:provider: {message}" in err and "next: " in err
+    # crhelper.loading.describe_load_failure, as `crhelper invoke` reports it: file:line: Error, then the next step
+    assert err.splitlines() == [f"crhelper contract: cannot load {path}:provider: {path}:{line}: {message}",
+                                f"  next: {next_step.format(path=path)}"]
 
 
 class _RaisesWithTheEvent:

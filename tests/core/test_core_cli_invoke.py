@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from crhelper.cli.invoke import Refused, heartbeat_interval
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -156,8 +160,10 @@ def test_invoke_json_is_one_document_with_the_response_and_the_outcome():
     document = json.loads(result.stdout)
     assert document["response"]["Status"] == "SUCCESS" and document["response"]["Data"] == {"Text": "hi ros hi ros"}
     raw = json.dumps(document["response"], separators=(",", ":"))
+    seconds = document["outcome"].pop("seconds")
+    assert isinstance(seconds, float) and 0 < seconds < 30
     assert document["outcome"] == {"status": "SUCCESS", "exit_code": 0, "method": "POST", "bytes": len(raw.encode()),
-                                   "attempts": 2, "violations": [], "error": None}
+                                   "attempts": 2, "violations": [], "polls": 0, "error": None}
 
 
 @pytest.mark.slow  # several processes
@@ -183,3 +189,91 @@ def test_invoke_json_failed_and_errors_are_json_too(tmp_path):
         assert error["response"] is None and error["outcome"]["status"] == "ERROR"
         assert error["outcome"]["exit_code"] == 2 and problem in error["outcome"]["error"]["problem"]
         assert error["outcome"]["error"]["next_step"]
+
+
+POLLING_PROVIDER = '''
+from crhelper import InProgress, Provider, Request, Result
+
+provider = Provider()
+
+
+@provider.create("Custom::Polled")
+def create(props: dict, request: Request) -> Result | InProgress:
+    step = (request.state or {}).get("step", 0) + 1
+    if step < int(props["Calls"]):
+        return InProgress(state={"step": step}, delay=float(props["Delay"]))
+    return Result(physical_id="polled-1", data={"Steps": step, "Attempt": request.attempt})
+'''
+
+
+def _polled(tmp_path: Path, calls: int, delay: float) -> tuple[Path, Path]:
+    """A provider answering after `calls` calls `delay` s apart, and a Create event for it."""
+    provider = tmp_path / "polled_provider.py"
+    provider.write_text(POLLING_PROVIDER, encoding="utf-8")
+    event = json.loads((REPO / "samples/events/create.json").read_text(encoding="utf-8"))
+    event.update(ResourceType="Custom::Polled", ResourceProperties={"Calls": calls, "Delay": delay})
+    event_path = tmp_path / "polled.json"
+    event_path.write_text(json.dumps(event), encoding="utf-8")
+    return provider, event_path
+
+
+HEARTBEAT = {"CRHELPER_HEARTBEAT_INTERVAL": "0.2"}
+
+
+@pytest.mark.parametrize("options", [[], ["--timeout", "30"]], ids=["local", "as-a-function"])
+def test_invoke_waits_for_a_long_operation_and_prints_a_heartbeat(tmp_path, options):
+    # --timeout acts as a Function Compute function, whose context has no endpoint to re-invoke:
+    # invoke continues the operation in its own process all the same.
+    provider, event = _polled(tmp_path, calls=3, delay=0.2)
+    result = crhelper_env("invoke", str(provider), "--event", str(event), "--json", *options, env=HEARTBEAT)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["response"]["Status"] == "SUCCESS"
+    assert document["response"]["Data"] == {"Steps": 3, "Attempt": 2}  # the third call, state carried
+    outcome = document["outcome"]
+    assert (outcome["attempts"], outcome["polls"], outcome["violations"]) == (1, 2, [])  # exactly one answer
+    assert 0.4 <= outcome["seconds"] < 5
+    beats = [line for line in result.stderr.splitlines() if line.startswith("crhelper invoke: in progress, ")]
+    assert beats and beats[0].endswith(" poll(s)"), result.stderr
+
+
+@pytest.mark.slow  # waits out --wait in a real process
+def test_invoke_past_wait_exits_2_with_the_next_step(tmp_path):
+    provider, event = _polled(tmp_path, calls=1000, delay=0.1)
+    started = time.monotonic()
+    result = crhelper_env("invoke", str(provider), "--event", str(event), "--wait", "0.6", env=HEARTBEAT)
+    assert time.monotonic() - started < 10
+    assert result.returncode == 2, result.stderr
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("crhelper invoke: the operation was still in progress after --wait 0.6 s ("), last
+    assert "poll(s), no answer at the ResponseURL); next: give --wait more seconds" in last
+    assert result.stdout == ""
+
+
+@pytest.mark.slow  # a real process interrupted while it waits
+def test_invoke_ctrl_c_while_waiting_exits_2_with_a_message(tmp_path):
+    provider, event = _polled(tmp_path, calls=1000, delay=0.1)
+    process = subprocess.Popen([sys.executable, "-m", "crhelper.cli.main", "invoke", str(provider), "--event", str(event),
+                                "--json"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, **HEARTBEAT})
+    try:
+        assert process.stderr is not None
+        for line in process.stderr:  # interrupt once it is visibly waiting
+            if line.startswith("crhelper invoke: in progress, "):
+                break
+        process.send_signal(signal.SIGINT)
+        out, _ = process.communicate(timeout=10)
+    finally:
+        process.kill()
+    assert process.returncode == 2
+    error = json.loads(out)["outcome"]["error"]
+    assert error["problem"].startswith("interrupted while the operation was in progress (")
+    assert error["next_step"] == "run again to start over (this run's private store is gone)"
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-1", "nan"])
+def test_a_bad_heartbeat_interval_is_refused_naming_the_setting(value):
+    with pytest.raises(Refused) as refused:
+        heartbeat_interval({"CRHELPER_HEARTBEAT_INTERVAL": value})
+    assert refused.value.problem.startswith("CRHELPER_HEARTBEAT_INTERVAL: ")
+    assert heartbeat_interval({}) == 10.0

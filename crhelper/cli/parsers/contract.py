@@ -16,17 +16,25 @@ if TYPE_CHECKING:
     from . import SubParsers
 
 SHOWN_CHECKS = (
-    "create-delete", "create-duplicate", "update-keeps-id", "delete-twice", "delete-failed-create",
-    "delete-unknown", "response-limits", "no-secrets-in-logs", "time-budget",
+    "create-delete", "create-duplicate", "update-keeps-id", "rollback-update", "delete-twice",
+    "delete-failed-create", "delete-unknown", "long-running", "response-limits", "no-secrets-in-logs",
+    "time-budget",
 )
 SHOWN_BUDGET = 60.0
 
 DESCRIPTION = (
-    "Run the provider contract (adapted from `cfn test`) in-process against a local ResponseURL server: "
-    + ", ".join(SHOWN_CHECKS)
-    + ". Prints a PASS/FAIL table; exit 0 when every check passes, 1 when one fails, 2 on bad input. "
-    "The provider is a spec or the name of an installed provider (`crhelper providers`), whose --type "
-    "must then be one of its resource types."
+    "Run the provider contract (adapted from `cfn test`) in-process against a local ResponseURL server:\n"
+    + ", ".join(SHOWN_CHECKS[:6]) + ",\n" + ", ".join(SHOWN_CHECKS[6:]) + ".\n\n"
+    "Each call must be answered within --budget, the continuations of a handler returning InProgress\n"
+    "included. rollback-update sends, after the Update, the Update ROS sends to roll back when that\n"
+    "Update or a later resource's failed (ResourceProperties from --properties, OldResourceProperties\n"
+    "from --update, the same id) and expects SUCCESS with that id and the Create's Data.\n"
+    "long-running runs when the Create answers InProgress (SKIP otherwise): exactly one answer,\n"
+    "handler calls = polls + 1, request.state and request.attempt carried from step to step.\n\n"
+    "Prints a PASS/FAIL table; exit 0 when every check passes, 1 when one fails, 2 on bad input (a\n"
+    "provider that fails to import is reported as file:line: Error with the next step). The provider\n"
+    "is a spec or the name of an installed provider (`crhelper providers`), whose --type must then be\n"
+    "one of its resource types."
 )
 EPILOG = """\
 examples:
