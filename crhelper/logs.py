@@ -105,6 +105,12 @@ def configure(level: str | None = None) -> logging.Logger:
     return logger
 
 
+def current_request() -> Mapping[str, str]:
+    """The fields of the request being handled in this context (empty outside any request): lets a
+    host that runs providers in its own process tell whose output a write is."""
+    return _request_fields.get()
+
+
 @contextlib.contextmanager
 def request_context(fields: Mapping[str, str]) -> Iterator[None]:
     """Every log line inside carries these fields (RequestId, StackId, ...)."""

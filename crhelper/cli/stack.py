@@ -4,6 +4,11 @@ Stacks live in $CRHELPER_HOME/stacks.sqlite (default ~/.crhelper), so `create`, 
 `update` and `delete` work across runs; the bindings a stack was created with are remembered too.
 The emulator does the work (`StackEmulator.prepare` then `run`); this module reads the command
 line, sets delivery up and prints. The parser is `crhelper.cli.parsers.stack`.
+
+While an operation runs, the terminal shows its events, its providers' own output (one
+`ProviderLogs` sink per operation, kept in `<home>/logs/<stack>.jsonl` for `stack logs`) and a
+heartbeat line for each resource in progress longer than CRHELPER_HEARTBEAT_INTERVAL, all under one
+print lock so lines never interleave.
 """
 
 from __future__ import annotations
@@ -11,9 +16,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import signal
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,6 +43,7 @@ from ..emulator import (
     load_parameter_file,
     parse_key_values,
 )
+from ..config import ConfigError, env_float
 from ..emulator.delivery import StackDelivery
 from ..emulator.delivery_bindings import (
     BindingError,
@@ -44,31 +53,111 @@ from ..emulator.delivery_bindings import (
     remember_bindings,
     remembered_bindings,
 )
+from ..emulator.model import STACK_RESOURCE_TYPE, utc_now
+from ..emulator.provider_logs import (
+    LOG_LEVEL_ENV,
+    RESOURCE_WIDTH,
+    LogRecord,
+    ProviderLogs,
+    follow_interval,
+    follow_records,
+    level_number,
+    log_path,
+    provider_level,
+    read_records,
+    render,
+    terminal_level,
+)
 from ..loading import import_from_cwd
 from ..signals import on_signals
 from .parsers.stack import EXIT_FAILED, EXIT_OK, EXIT_USAGE, build_parser, error_document
 
 SUCCESS_STATUSES = frozenset({"CREATE_COMPLETE", "UPDATE_COMPLETE", "DELETE_COMPLETE"})
+HEARTBEAT_ENV = "CRHELPER_HEARTBEAT_INTERVAL"
+#: Seconds between heartbeat lines of a resource still in progress.
+DEFAULT_HEARTBEAT = 10.0
 
 
 # ---------------------------------------------------------------------------------------- output
 
 
 class Printer:
-    """Live text output: one line per event as it happens (or nothing in --json mode)."""
+    """Live text output: one line per event as it happens (or nothing in --json mode), and with
+    `heartbeat` seconds a line per interval for each resource still in progress (`polls` says how
+    many steps its provider reported; None: not known on its path, elapsed time only)."""
 
-    def __init__(self, json_mode: bool, out: TextIO | None = None) -> None:
+    def __init__(
+        self, json_mode: bool, out: TextIO | None = None, *, lock: "threading.RLock | None" = None,
+        heartbeat: float | None = None, polls: Callable[[str], int | None] | None = None,
+    ) -> None:
         self.json_mode = json_mode
         self.out = out or sys.stdout
         self.events: list[dict[str, Any]] = []
+        self.lock = lock or threading.RLock()
+        self._heartbeat = heartbeat
+        self._polls = polls or (lambda resource: None)
+        #: logical id -> (status, monotonic start, heartbeat lines printed, polls before this phase)
+        self._running: dict[str, tuple[str, float, int, int]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def event(self, event: StackEvent) -> None:
         self.events.append(event.to_dict())
+        if event.resource_type != STACK_RESOURCE_TYPE:
+            with self.lock:
+                if event.status.endswith("_IN_PROGRESS"):
+                    self._running[event.logical_id] = (event.status, time.monotonic(), 0, self._polls(event.logical_id) or 0)
+                else:
+                    self._running.pop(event.logical_id, None)
         if self.json_mode:
             return
-        time_part = event.timestamp[11:23]
-        reason = f"  {event.reason}" if event.reason else ""
-        print(f"{time_part}  {event.logical_id:<24} {event.status:<28}{reason}", file=self.out, flush=True)
+        self._line(event.timestamp, event.logical_id, event.status, event.reason)
+
+    def _line(self, timestamp: str, name: str, status: str, reason: str) -> None:
+        reason = f"  {reason}" if reason else ""
+        with self.lock:
+            print(f"{timestamp[11:23]}  {name:<{RESOURCE_WIDTH}} {status:<28}{reason}", file=self.out, flush=True)
+
+    # ---------------------------------------------------------------- heartbeat
+
+    def __enter__(self) -> "Printer":
+        if self._heartbeat is not None and not self.json_mode:
+            self._thread = threading.Thread(target=self._beat, name="crhelper-heartbeat", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2)
+
+    def _beat(self) -> None:
+        assert self._heartbeat is not None
+        interval = self._heartbeat
+        while not self._stop.wait(min(1.0, max(0.02, interval / 5))):
+            now = time.monotonic()
+            with self.lock:
+                for name, (status, since, beats, base) in list(self._running.items()):
+                    due = int((now - since) / interval)
+                    if due <= beats:
+                        continue
+                    self._running[name] = (status, since, due, base)
+                    polls = self._polls(name)
+                    counted = "" if polls is None else f", {_plural(polls - base, 'poll')}"
+                    self._line(utc_now(), name, status, f"still running: {_duration(now - since)}{counted}")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes} min {rest:02d} s"
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 def _error(args: argparse.Namespace, kind: str, message: str, hint: str = "", **extra: Any) -> int:
@@ -140,7 +229,9 @@ def state_hint(error: StackStateError) -> str:
     name, steps = error.stack, error.next_operations
     delete = f"`crhelper stack delete --stack {name}`"
     if error.kind == StackStateError.BUSY:
-        return f"another crhelper process is running an operation on it; follow it with `crhelper stack events --stack {name}`"
+        return (f"another crhelper process is running an operation on it; follow it with "
+                f"`crhelper stack events --stack {name} --follow` (its events) and "
+                f"`crhelper stack logs --stack {name} --follow` (its providers' output)")
     if error.kind == StackStateError.EXISTS:
         return f"`crhelper stack update ... --stack {name}`, or {delete} first" if "update" in steps else f"{delete} first"
     if error.kind == StackStateError.NOT_UPDATABLE:
@@ -163,9 +254,29 @@ def _emulator(args: argparse.Namespace) -> StackEmulator:
     """The emulator on --home; providers (in-process and FC workers) keep their state there too."""
     if args.home:
         os.environ[paths.HOME_ENV] = str(Path(args.home).expanduser().resolve())
-    # Provider INFO lines would bury the event lines; CRHELPER_LOG_LEVEL still wins when set.
-    os.environ.setdefault("CRHELPER_LOG_LEVEL", "WARNING")
     return StackEmulator(paths.home())
+
+
+@contextmanager
+def _provider_log_level(level: str) -> Iterator[None]:
+    """Providers run at `level` while the operation runs (their framework records reach the log
+    sink, which keeps the terminal to CRHELPER_LOG_LEVEL); the variable is restored afterwards."""
+    before = os.environ.get(LOG_LEVEL_ENV)
+    os.environ[LOG_LEVEL_ENV] = level
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(LOG_LEVEL_ENV, None)
+        else:
+            os.environ[LOG_LEVEL_ENV] = before
+
+
+def _heartbeat_interval() -> float:
+    try:
+        return env_float(os.environ, HEARTBEAT_ENV, DEFAULT_HEARTBEAT, minimum=0.05)
+    except ConfigError as exc:
+        raise _UsageError(str(exc), f"set {HEARTBEAT_ENV} to a number of seconds, or unset it") from None
 
 
 def _read_template(path: Path) -> str:
@@ -278,9 +389,14 @@ def _deploy(args: argparse.Namespace, emulator: StackEmulator, prepared: Prepare
         _check_bound(prepared, bindings)
         remember_bindings(home, prepared.name, bindings)
     import_from_cwd()  # bound module specs resolve from here, in this process and in the FC workers it starts
-    printer = Printer(args.json)
-    with _terminations_interrupt(), StackDelivery(bindings, region=emulator.region, account_id=emulator.account_id,
-                                                  http_configs=prepared.http_configs) as deliver:
+    heartbeat = _heartbeat_interval()
+    terminal = terminal_level(os.environ)
+    lock = threading.RLock()
+    logs = ProviderLogs(prepared.name, home, out=sys.stdout, err=sys.stderr, json_mode=args.json, level=terminal, lock=lock)
+    printer = Printer(args.json, sys.stdout, lock=lock, heartbeat=heartbeat, polls=logs.polls)
+    with _terminations_interrupt(), _provider_log_level(provider_level(terminal)), logs, printer, logs.capture(), \
+            StackDelivery(bindings, region=emulator.region, account_id=emulator.account_id,
+                          http_configs=prepared.http_configs, logs=logs) as deliver:
         description = emulator.run(prepared, deliver, disable_rollback=getattr(args, "disable_rollback", False),
                                    on_event=printer.event)
     return _finish(description, printer, prepared.operation)
@@ -342,6 +458,8 @@ def describe(args: argparse.Namespace) -> int:
 @_guarded
 def events(args: argparse.Namespace) -> int:
     with _emulator(args) as emulator:
+        if getattr(args, "follow", False):
+            return _follow_events(args, emulator)
         found = emulator.events(args.stack)
     if args.json:
         _dump([e.to_dict() for e in found])
@@ -350,6 +468,75 @@ def events(args: argparse.Namespace) -> int:
     for event in found:
         printer.event(event)
     return EXIT_OK
+
+
+def _follow_events(args: argparse.Namespace, emulator: StackEmulator) -> int:
+    """Print the stack's events, then new ones as another process's operation appends them, until the
+    stack leaves *_IN_PROGRESS (one JSON object per line under --json); Ctrl-C stops following."""
+    interval = _follow_interval()
+    printer = Printer(False)
+    shown, stack_id = 0, None
+    try:
+        while True:
+            record = emulator.settled_record(args.stack)  # a dead owner's operation is marked interrupted
+            if record is None:
+                raise StackNotFoundError(args.stack)
+            if record.stack_id != stack_id:  # (re-)created meanwhile: its history starts anew
+                shown, stack_id = 0, record.stack_id
+            found = emulator.store.events(record.stack_id)
+            for event in found[shown:]:
+                if args.json:
+                    print(json.dumps(event.to_dict(), ensure_ascii=False), flush=True)
+                else:
+                    printer.event(event)
+            shown = len(found)
+            if not record.status.endswith("_IN_PROGRESS"):
+                return EXIT_OK
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+def _follow_interval() -> float:
+    try:
+        return follow_interval(os.environ)
+    except ConfigError as exc:
+        raise _UsageError(str(exc), "set CRHELPER_FOLLOW_INTERVAL to a number of seconds, or unset it") from None
+
+
+@_guarded
+def logs(args: argparse.Namespace) -> int:
+    """Replay the provider logs kept for a stack (`--follow`: and what its running operation adds)."""
+    level = level_number(args.level or terminal_level(os.environ))
+    with _emulator(args) as emulator:
+        home = emulator.store.home
+        if not read_records(home, args.stack) and not log_path(home, args.stack).exists() \
+                and emulator.store.load(args.stack) is None:
+            raise StackNotFoundError(args.stack)
+        if args.follow:
+            records: Iterator[LogRecord] = follow_records(home, args.stack, lambda: emulator.store.operation_live(args.stack),
+                                                          _follow_interval())
+        else:
+            records = iter(read_records(home, args.stack))
+        shown, resources = 0, set()
+        try:
+            for record in records:
+                resources.add(record.resource)
+                if args.resource and record.resource != args.resource:
+                    continue
+                if record.from_framework and level_number(record.level, logging.INFO) < level:
+                    continue
+                shown += 1
+                print(record.to_json() if args.json else "\n".join(render(record)), flush=True)
+        except KeyboardInterrupt:
+            return EXIT_OK
+    if not shown and not args.json:
+        known = ", ".join(sorted(r for r in resources if r)) or "none"
+        which = f" for resource {args.resource}" if args.resource else ""
+        print(f"crhelper stack: no provider log lines{which} at {logging.getLevelName(level)} or above "
+              f"(resources with lines: {known}; --level INFO shows the framework's own records)", file=sys.stderr)
+    return EXIT_OK
+
 
 
 @_guarded

@@ -18,10 +18,16 @@ emulator.create(..., deliver)`). Per request it
    `InProgress` answers from a later invocation: FC re-invocations through the local endpoint, the
    in-process scheduler, or the MNS queue), and fails the resource with the server's exact message
    if the answer broke a ROS rule.
+
+With a `ProviderLogs` sink (`logs=`), the ResponseURLs it hands out are redacted from every line a
+provider writes, FC workers stream their output to it, and it learns which resources a provider
+of this operation serves (their polls are counted for the heartbeat); capturing in-process
+output is the sink's own `capture()`, which the CLI wraps around the operation.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
 import time
@@ -31,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..invariants import body_violations
 from ..loading import load_provider
-from ..logs import redact_url
+from ..logs import redact_url, request_context
 from ..local.response_server import Capture, ResponseServer
 from ..servicetoken import FcFunctionToken, MnsQueueToken, MnsTopicToken, ServiceTokenError, WebToken, parse_service_token
 from .delivery_bindings import Bindings, Faults
@@ -41,10 +47,12 @@ from .protocol import RequestNotSent
 if TYPE_CHECKING:  # each route loads its local endpoint (and SDK) only when a token needs it
     from .delivery_fc import FcRoute
     from .delivery_mns import MnsRoute
+    from .provider_logs import ProviderLogs
 
 #: After the first answer to a duplicated request, how long to wait for the second one.
 DUPLICATE_GRACE = 5.0
 _POLL = 0.01
+_IDENTITY_FIELDS = ("RequestType", "RequestId", "StackId", "LogicalResourceId", "ResourceType")
 
 ROUTE_FC, ROUTE_INPROCESS, ROUTE_MNS, ROUTE_WEB, ROUTE_WEB_SYNC = "fc", "inprocess", "mns", "web", "web-sync"
 
@@ -88,8 +96,10 @@ class StackDelivery:
         account_id: str = DEFAULT_ACCOUNT_ID,
         http_configs: Mapping[str, Mapping[str, Any]] | None = None,
         workers: int = 64,
+        logs: "ProviderLogs | None" = None,
     ) -> None:
         self.bindings = bindings or Bindings()
+        self.logs = logs
         self.faults: Faults = self.bindings.faults
         self.region = region
         self.account_id = account_id
@@ -143,7 +153,7 @@ class StackDelivery:
                 self._fc = FcRoute(self.region, self.account_id, workers=self.workers,
                                    kill_provider=self.faults.kill_provider,
                                    kill_after=self.faults.kill_provider_after,
-                                   environment=self.bindings.environment).start()
+                                   environment=self.bindings.environment, logs=self.logs).start()
             return self._fc
 
     @property
@@ -173,8 +183,12 @@ class StackDelivery:
 
     def __call__(self, service_token: str, request: dict[str, Any], timeout: float) -> dict[str, Any]:
         urls: list[str] = []
+        # What this thread writes meanwhile (a provider module printing as it is imported) is the
+        # request's output; the providers' own threads set their request context themselves.
+        identity = {name: str(request.get(name) or "") for name in _IDENTITY_FIELDS}
         try:
-            return self._deliver(service_token, request, timeout, urls)
+            with request_context(identity) if self.logs is not None else contextlib.nullcontext():
+                return self._deliver(service_token, request, timeout, urls)
         except Exception as exc:
             # The message becomes a stack event: a provider error quoting its event must not carry the
             # presigned ResponseURLs into events, describe output or logs.
@@ -197,6 +211,9 @@ class StackDelivery:
             request, fail_first=faults.response_fail_first, fail_status=faults.response_fail_status, delay=faults.response_delay
         )
         urls.extend((request["ResponseURL"], request["IntranetResponseURL"]))
+        if self.logs is not None:
+            for url in urls:
+                self.logs.protect(url)
         if isinstance(token, WebToken):
             return self._web(token, service_token, request, timeout, deadline)
         spec = self.bindings.provider_for(service_token)
@@ -206,12 +223,14 @@ class StackDelivery:
                 f"-s '{service_token}=package.module:provider' or in a bindings file"
             )
         attempts = 2 if faults.duplicate else 1
+        if self.logs is not None:
+            self.logs.serving(str(request.get("LogicalResourceId") or ""))
         if isinstance(token, FcFunctionToken) and token.fc_version == 2 and self.bindings.mode == "endpoints":
             fc = self.fc
             invocations = [fc.send(token, spec, request, timeout) for _ in range(attempts)]
             self._record(ROUTE_FC, service_token, request)
             return self._await(request, deadline, timeout, attempts, lambda: fc.failure(invocations[-1]),
-                               lambda: fc.timeout_note(invocations[0]))
+                               lambda: fc.timeout_note(invocations[0]), settled=lambda: fc.settled(invocations))
         if isinstance(token, (MnsQueueToken, MnsTopicToken)) and self.bindings.mode == "endpoints":
             mns = self.mns
             sent = [mns.send(token, spec, request) for _ in range(attempts)]

@@ -10,6 +10,11 @@ all its instances (`CRHELPER_STORE`: the local store under `$CRHELPER_HOME` unle
 environment or the bindings' `environment` name one) and the endpoint to re-invoke itself through
 (`CRHELPER_FC_ENDPOINT`, set by the local FC for every function), so a provider returning
 `InProgress` continues exactly as on Function Compute: delayed async self-invocations.
+
+With a `ProviderLogs` sink, every line a worker writes reaches it as it is written, attributed to
+its resource: a request's payload names its LogicalResourceId, a continuation's payload
+(`{"crhelperContinuation": id}`) is looked up in the function's store, and a framework JSON line
+names its own.
 """
 
 from __future__ import annotations
@@ -19,14 +24,21 @@ import os
 import tempfile
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..local.fc_records import PENDING as PENDING_INVOCATION
 from ..local.fc_server import LocalFunctionCompute
+from ..reentry import CONTINUATION_FIELD
 from ..servicetoken import FcFunctionToken
 from ..store.url import SETTING as STORE_SETTING
 from ..store.url import default_url
 from ..transports.fc import PENDING
 from .delivery_fc_handler import KILL_AFTER_ENV, KILL_DIR_ENV, PROVIDER_ENV
+
+if TYPE_CHECKING:
+    from ..local.fc_runner import InvocationRequest
+    from ..store.base import Store
+    from .provider_logs import ProviderLogs
 
 HANDLER = "crhelper.emulator.delivery_fc_handler:handler"
 #: Seconds before FC's first async retry (FC itself starts back-off at 0.5 s).
@@ -60,10 +72,13 @@ class FcRoute:
 
     def __init__(
         self, region: str, account_id: str, *, workers: int = 64, kill_provider: bool = False, kill_after: float = 0.0,
-        environment: Mapping[str, str] | None = None,
+        environment: Mapping[str, str] | None = None, logs: "ProviderLogs | None" = None,
     ) -> None:
+        self._logs = logs
+        self._attribution = _Attribution()
         self._fc = LocalFunctionCompute(region=region, account_id=account_id, async_workers=workers,
-                                        async_retry_delay=ASYNC_RETRY_DELAY)
+                                        async_retry_delay=ASYNC_RETRY_DELAY,
+                                        on_output=self._output if logs is not None else None)
         self._kill_dir = tempfile.TemporaryDirectory(prefix="crhelper-kill-") if kill_provider else None
         self._kill_after = kill_after
         self._environment = dict(environment or {})
@@ -79,8 +94,16 @@ class FcRoute:
 
     def stop(self) -> None:
         self._fc.stop()
+        self._attribution.close()
         if self._kill_dir is not None:
             self._kill_dir.cleanup()
+
+    def _output(self, invocation: "InvocationRequest", line: bytes) -> None:
+        """A line a worker wrote, to the sink under its resource (from the worker's log reader thread)."""
+        assert self._logs is not None
+        resource, request_type, request_id = self._attribution.of(invocation)
+        self._logs.line(line.decode("utf-8", errors="replace"), stream="output", resource=resource,
+                        request_type=request_type, request_id=request_id)
 
     @property
     def fc(self) -> LocalFunctionCompute:
@@ -125,6 +148,13 @@ class FcRoute:
             return None
         return f"the function failed on all {len(record.attempts)} attempt(s) without answering{_error_of(record)}"
 
+    def settled(self, invocation_ids: list[str]) -> bool:
+        """Whether every one of these invocations has finished (a duplicate then sends nothing more)."""
+        try:
+            return all(self._fc.record(i).status != PENDING_INVOCATION for i in invocation_ids)
+        except KeyError:
+            return False
+
     def timeout_note(self, invocation_id: str) -> str:
         """What a timed-out wait adds to its reason: an operation still in progress, and the last
         invocation of the function that failed for good since (a continuation that kept crashing)."""
@@ -138,6 +168,76 @@ class FcRoute:
                  and (r.service, r.function) == (first.service, first.function) and r.status in ("failed", "dropped")]
         failed = f"; an invocation of the function since failed for good{_error_of(later[-1])}" if later else ""
         return f" (the operation was still in progress: the provider returned InProgress{failed})"
+
+
+class _Attribution:
+    """Which resource an FC invocation works for: (LogicalResourceId, RequestType, RequestId), or
+    empty strings when unknown; cached per invocation and per continuation."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_invocation: dict[str, tuple[str, str, str]] = {}
+        self._by_continuation: dict[str, tuple[str, str, str]] = {}
+        self._stores: dict[str, "Store"] = {}
+
+    def of(self, invocation: "InvocationRequest") -> tuple[str, str, str]:
+        with self._lock:
+            known = self._by_invocation.get(invocation.request_id)
+        if known is None:
+            known = self._resolve(invocation)
+            with self._lock:
+                self._by_invocation[invocation.request_id] = known
+        return known
+
+    def _resolve(self, invocation: "InvocationRequest") -> tuple[str, str, str]:
+        try:
+            payload = json.loads(invocation.payload)
+        except (ValueError, RecursionError):
+            return "", "", ""
+        if not isinstance(payload, dict):
+            return "", "", ""
+        if isinstance(payload.get("LogicalResourceId"), str):
+            return _identity(payload)
+        continuation_id = payload.get(CONTINUATION_FIELD)
+        if not isinstance(continuation_id, str):
+            return "", "", ""
+        with self._lock:
+            known = self._by_continuation.get(continuation_id)
+        if known is not None:
+            return known
+        url = invocation.spec.env.get(STORE_SETTING) or os.environ.get(STORE_SETTING) or default_url(os.environ)
+        try:
+            continuation = self._store(url).get_continuation(continuation_id)
+        except Exception:  # noqa: BLE001 - an unreadable store only costs the attribution
+            return "", "", ""
+        if continuation is None:
+            return "", "", ""
+        known = _identity(continuation.request)
+        with self._lock:
+            self._by_continuation[continuation_id] = known
+        return known
+
+    def _store(self, url: str) -> "Store":
+        from ..store import open_store
+
+        with self._lock:
+            if url not in self._stores:
+                self._stores[url] = open_store(url)
+            return self._stores[url]
+
+    def close(self) -> None:
+        with self._lock:
+            stores = list(self._stores.values())
+            self._stores.clear()
+        for store in stores:
+            try:
+                store.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+
+
+def _identity(request: Mapping[str, Any]) -> tuple[str, str, str]:
+    return tuple(str(request.get(name) or "") for name in ("LogicalResourceId", "RequestType", "RequestId"))  # type: ignore[return-value]
 
 
 def _error_of(record: Any) -> str:

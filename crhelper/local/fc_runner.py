@@ -5,6 +5,10 @@ makes the timeout kill exact: the worker runs in its own process group, so a SIG
 group also ends anything the handler spawned. Being in its own session, a worker would outlive a
 SIGKILLed endpoint; it is started with the one-invocation lifetime of `crhelper.local.processes`
 (`start_process(die_with_parent=True)`) and dies with the endpoint.
+
+The worker's log stream (its stdout and stderr, merged as FC does) is read line by line while it
+runs: an `on_output(request, line)` callback sees each line as it is written (a ten-minute step
+shows its progress), and the whole output still becomes `InvocationResult.log`.
 """
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import IO, Any, Callable, Mapping, Sequence
 
 from crhelper.local.fc_auth import AccessKey
 from crhelper.local.fc_context import context_payload
@@ -27,6 +31,9 @@ from crhelper.local.fc_registry import FunctionSpec
 from crhelper.local.processes import python_env, signal_group, start_process
 
 _DRAIN_SECONDS = 5.0
+
+#: Called with each line of a worker's log stream (bytes, newline included) as it is written.
+OutputCallback = Callable[["InvocationRequest", bytes], None]
 
 
 @dataclass(frozen=True)
@@ -124,8 +131,10 @@ class ProcessRunner:
     """Starts workers with `python -m crhelper.local.fc_worker`; `kill_all` ends live ones on stop."""
 
     def __init__(self, code_paths: Sequence[str | os.PathLike[str]] = (),
-                 inherit_sys_path: bool = True, python: str = sys.executable) -> None:
+                 inherit_sys_path: bool = True, python: str = sys.executable,
+                 on_output: OutputCallback | None = None) -> None:
         self._python = python
+        self._on_output = on_output
         self._code_paths = [str(Path(p).resolve()) for p in code_paths]
         self._inherit = inherit_sys_path
         self._lock = threading.Lock()
@@ -151,18 +160,7 @@ class ProcessRunner:
                 env=function_environment(request, os.environ), die_with_parent=True)
             self._live.add(proc)
         try:
-            try:
-                raw, output = proc.communicate(json.dumps(job).encode("utf-8"), timeout=timeout)
-                timed_out = False
-            except subprocess.TimeoutExpired:
-                self._kill(proc)
-                timed_out = True
-                try:
-                    raw, output = proc.communicate(timeout=_DRAIN_SECONDS)
-                except subprocess.TimeoutExpired:  # a descendant left the group and holds the pipes
-                    raw, output = b"", b""
-                    proc.kill()
-                    proc.wait()
+            raw, output, timed_out = self._communicate(proc, request, json.dumps(job).encode("utf-8"), timeout)
         finally:
             with self._lock:
                 self._live.discard(proc)
@@ -177,6 +175,51 @@ class ProcessRunner:
         return InvocationResult(status, body, err, _wrap_log(request.request_id, output, message),
                                 started, ended)
 
+    def _communicate(self, proc: "subprocess.Popen[bytes]", request: InvocationRequest, job: bytes,
+                     timeout: float) -> tuple[bytes, bytes, bool]:
+        """(outcome, log stream, timed out): like `communicate`, but the log stream is read line by
+        line and handed to `on_output` as it comes."""
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        outcome: list[bytes] = []
+        lines: list[bytes] = []
+        readers = [threading.Thread(target=_read_all, args=(proc.stdout, outcome.append), daemon=True,
+                                    name="fc-worker-result"),
+                   threading.Thread(target=_read_lines, args=(proc.stderr, lines.append, self._output(request)),
+                                    daemon=True, name="fc-worker-log")]
+        for reader in readers:
+            reader.start()
+        try:
+            proc.stdin.write(job)
+            proc.stdin.close()
+        except (BrokenPipeError, OSError):  # it died before reading its job: its exit code says why
+            pass
+        try:
+            proc.wait(timeout=timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            self._kill(proc)
+            timed_out = True
+        drain_until = time.monotonic() + _DRAIN_SECONDS
+        for reader in readers:
+            reader.join(max(0.0, drain_until - time.monotonic()))
+        if any(reader.is_alive() for reader in readers):  # a descendant left the group and holds the pipes
+            proc.kill()
+        proc.wait()  # reaped: a killed worker is gone once the invocation ends
+        return b"".join(outcome), b"".join(list(lines)), timed_out
+
+    def _output(self, request: InvocationRequest) -> Callable[[bytes], None] | None:
+        callback = self._on_output
+        if callback is None:
+            return None
+
+        def emit(line: bytes) -> None:
+            try:
+                callback(request, line)
+            except Exception:  # noqa: BLE001 - a broken log consumer must not break the invocation
+                pass
+
+        return emit
+
     @staticmethod
     def _kill(proc: subprocess.Popen[bytes]) -> None:
         signal_group(proc.pid, signal.SIGKILL)
@@ -188,3 +231,17 @@ class ProcessRunner:
             live = list(self._live)
         for proc in live:
             self._kill(proc)
+
+
+def _read_all(stream: IO[bytes], sink: Callable[[bytes], None]) -> None:
+    with stream:
+        sink(stream.read())
+
+
+def _read_lines(stream: IO[bytes], sink: Callable[[bytes], None], emit: Callable[[bytes], None] | None) -> None:
+    """Every line (the last one may lack its newline) to `sink`, and to `emit` as soon as it is complete."""
+    with stream:
+        for line in iter(stream.readline, b""):
+            sink(line)
+            if emit is not None:
+                emit(line)

@@ -25,7 +25,7 @@ from crhelper.local.fc_auth import MAX_CLOCK_SKEW_SECONDS, AccessKey
 from crhelper.local.fc_protocol import FcApiError
 from crhelper.local.fc_records import InvocationJournal, InvocationRecord
 from crhelper.local.fc_registry import FunctionRegistry, FunctionSpec
-from crhelper.local.fc_runner import ProcessRunner
+from crhelper.local.fc_runner import OutputCallback, ProcessRunner
 from crhelper.servers import LocalHTTPServer, ServerThread
 from crhelper.signals import stop_requested
 
@@ -102,7 +102,8 @@ class LocalFunctionCompute:
     `access_keys` maps AccessKey IDs to secrets accepted from callers (one pair is generated when
     omitted). Handlers get a separate STS credential (`role_credentials`) as `context.credentials`
     and in ALIBABA_CLOUD_* env vars; the server accepts it too, so handlers can re-invoke
-    themselves through CRHELPER_FC_ENDPOINT.
+    themselves through CRHELPER_FC_ENDPOINT. `on_output(request, line)` sees every line a worker
+    writes (stdout and stderr, merged as in FC's log) as it is written, e.g. to show it live.
     """
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0,
@@ -110,7 +111,8 @@ class LocalFunctionCompute:
                  region: str = "cn-hangzhou", async_workers: int = 2, max_async_retries: int = 3,
                  async_retry_delay: float = 1.0, code_paths: Sequence[str | os.PathLike[str]] = (),
                  inherit_sys_path: bool = True,
-                 max_clock_skew: float = MAX_CLOCK_SKEW_SECONDS) -> None:
+                 max_clock_skew: float = MAX_CLOCK_SKEW_SECONDS,
+                 on_output: OutputCallback | None = None) -> None:
         if access_keys is None:
             access_keys = {"LTAI" + secrets.token_hex(8): secrets.token_urlsafe(24)}
         if not access_keys:
@@ -125,6 +127,7 @@ class LocalFunctionCompute:
         self._address = (host, port)
         self._async = AsyncSettings(async_workers, max_async_retries, async_retry_delay)
         self._runner_args = (list(code_paths), inherit_sys_path)
+        self._on_output = on_output
         self._max_skew = max_clock_skew
         self._registry = FunctionRegistry()
         self._journal = InvocationJournal()
@@ -162,7 +165,7 @@ class LocalFunctionCompute:
         self._server = server
         code_paths, inherit = self._runner_args
         self._api = FcApi(registry=self._registry, keys=self._keys,
-                          runner=ProcessRunner(code_paths, inherit), journal=self._journal,
+                          runner=ProcessRunner(code_paths, inherit, on_output=self._on_output), journal=self._journal,
                           role=self.role_credentials, account_id=self.account_id,
                           region=self.region, endpoint=self.endpoint,
                           async_settings=self._async, max_clock_skew=self._max_skew)

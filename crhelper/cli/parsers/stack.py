@@ -49,6 +49,18 @@ resources get no Delete request and are reported DELETE_COMPLETE "retained ...":
   crhelper stack delete --stack demo --retain Greeting     # delete the rest, leave Greeting as it is
   crhelper stack delete --stack demo --retain-all          # forget the stack, send no request at all
 
+Provider logs: every line a provider the emulator runs writes (prints, stderr, log records, the
+traceback of a failure; FC workers, in-process providers, MNS queue workers) is shown under the
+event table prefixed by its resource, and kept in $CRHELPER_HOME/logs/<stack>.jsonl:
+  15:21:45.248  Greeting                 | step 1 of 3
+  15:21:45.250  Greeting                 | WARNING mypkg: slow backend  attempt=2
+  15:21:55.248  Greeting                 CREATE_IN_PROGRESS            still running: 10 s, 4 polls
+The framework's own records show from CRHELPER_LOG_LEVEL (default WARNING); a resource in
+progress for longer than CRHELPER_HEARTBEAT_INTERVAL seconds (default 10) gets a heartbeat line.
+Under --json they go to stderr as JSON lines. Afterwards, or from another terminal:
+  crhelper stack logs --stack demo [RESOURCE] [--follow]
+  crhelper stack events --stack demo --follow
+
 Exit codes: 0 the operation completed, 1 it failed (see the events), 2 usage or validation error.
 With --json every outcome is one JSON document on stdout, errors too:
   {"error": {"kind": "template-invalid", "message": "...", "hint": "...", "errors": ["..."]}}
@@ -63,6 +75,8 @@ examples:
   crhelper stack update --stack demo --use-previous-parameters -p Times=5
   crhelper stack outputs --stack demo
   crhelper stack events --stack demo
+  crhelper stack events --stack demo --follow          # from another terminal, while it runs
+  crhelper stack logs --stack demo Greeting            # that resource's provider output
   crhelper stack delete --stack demo
   crhelper stack delete --stack demo --retain Greeting
   crhelper stack create templates/demo.yaml --stack flaky --duplicate --response-fail-first 2
@@ -94,11 +108,12 @@ def error_document(kind: str, message: str, hint: str = "", **extra: Any) -> dic
     return {"error": {"kind": kind, "message": message, "hint": hint, **extra}}
 
 
-def _common(parser: argparse.ArgumentParser, *, stack: bool = True) -> None:
+def _common(parser: argparse.ArgumentParser, *, stack: bool = True,
+            json_help: str = "print one JSON document instead of text") -> None:
     if stack:
         parser.add_argument("--stack", required=True, metavar="NAME", help="the stack name")
     parser.add_argument("--home", default=None, metavar="DIR", help="state directory (default $CRHELPER_HOME or ~/.crhelper)")
-    parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    parser.add_argument("--json", action="store_true", help=json_help)
 
 
 def _delivery_options(parser: argparse.ArgumentParser) -> None:
@@ -185,9 +200,42 @@ def add_commands(parser: argparse.ArgumentParser) -> None:
     _delivery_options(delete)
     delete.set_defaults(func=Body("crhelper.cli.stack:delete"))
 
+    events = commands.add_parser(
+        "events", help="every event of a stack, oldest first (--follow: while it runs)", formatter_class=RAW,
+        description="Every event of a stack, oldest first. With --follow, keep printing the events another\n"
+                    "crhelper process's running operation appends, until the stack leaves *_IN_PROGRESS\n"
+                    "(checked every CRHELPER_FOLLOW_INTERVAL seconds, default 0.2); Ctrl-C stops following.",
+        epilog="examples:\n"
+               "  crhelper stack events --stack demo\n"
+               "  crhelper stack events --stack demo --follow          # while `stack create` runs elsewhere\n"
+               "  crhelper stack events --stack demo --follow --json   # one JSON object per line")
+    _common(events, json_help="print one JSON document instead of text (with --follow: one JSON object per event line)")
+    events.add_argument("--follow", action="store_true",
+                        help="keep printing new events until the operation in progress ends (--json: JSON lines)")
+    events.set_defaults(func=Body("crhelper.cli.stack:events"))
+
+    logs = commands.add_parser(
+        "logs", help="replay the provider logs of a stack (--follow: while it runs)", formatter_class=RAW,
+        description="Replay what the stack's providers wrote during its operations (prints, stderr, log\n"
+                    "records, tracebacks), as the terminal showed it, from $CRHELPER_HOME/logs/<stack>.jsonl.\n"
+                    "The framework's own records show from --level (default CRHELPER_LOG_LEVEL, else WARNING).\n"
+                    "With --follow, keep printing what a running operation adds until it ends; Ctrl-C stops.",
+        epilog="examples:\n"
+               "  crhelper stack logs --stack demo\n"
+               "  crhelper stack logs --stack demo Greeting             # one resource\n"
+               "  crhelper stack logs --stack demo --follow             # while `stack create` runs elsewhere\n"
+               "  crhelper stack logs --stack demo --level INFO --json  # every record, one JSON object per line")
+    logs.add_argument("resource", nargs="?", default=None, metavar="RESOURCE",
+                      help="only the lines of this resource (logical id)")
+    _common(logs, json_help="print the records as kept, one JSON object per line")
+    logs.add_argument("--follow", action="store_true", help="keep printing new lines until the operation in progress ends")
+    logs.add_argument("--level", default=None, type=str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
+                      help="show the framework's own records from this level (default CRHELPER_LOG_LEVEL, else WARNING); "
+                           "the providers' own output is always shown")
+    logs.set_defaults(func=Body("crhelper.cli.stack:logs"))
+
     for name, text in (
         ("describe", "status, parameters, resources and outputs of a stack"),
-        ("events", "every event of a stack, oldest first"),
         ("outputs", "the resolved outputs of a stack"),
     ):
         sub = commands.add_parser(name, help=text, epilog=f"example: crhelper stack {name} --stack demo")
