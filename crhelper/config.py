@@ -182,3 +182,14 @@ class Settings:
             record_ttl=env_float(env, "CRHELPER_RECORD_TTL", 86_400.0, minimum=1.0),
             reentry=env_choice(env, "CRHELPER_REENTRY", "auto", ("auto", "local", "fc", "mns", "none")),
         )
+
+
+#: Seconds between "still running" lines while a long operation runs (`crhelper invoke`, the stack
+#: event table); the parsers' help repeats the name and the default.
+HEARTBEAT_SETTING = "CRHELPER_HEARTBEAT_INTERVAL"
+DEFAULT_HEARTBEAT = 10.0
+
+
+def heartbeat_interval(env: Mapping[str, str] | None = None) -> float:
+    """CRHELPER_HEARTBEAT_INTERVAL: seconds between "still running" lines (ConfigError names the rule)."""
+    return env_float(os.environ if env is None else env, HEARTBEAT_SETTING, DEFAULT_HEARTBEAT, minimum=0.05)

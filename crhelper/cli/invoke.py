@@ -20,7 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ..config import ConfigError, env_float
+from ..config import DEFAULT_HEARTBEAT, HEARTBEAT_SETTING, ConfigError
+from ..config import heartbeat_interval as configured_heartbeat
 from ..constants import FAILED, SUCCESS
 from ..contract.harness import PollCounter, await_answer, in_progress
 from ..loading import describe_load_failure, load_provider
@@ -29,7 +30,7 @@ from ..provider import Provider
 from ..store.url import SETTING as STORE_SETTING
 from ..store.url import StoreConfigError, parse_store_url
 from . import provider_spec
-from .parsers.invoke import DEFAULT_HEARTBEAT, DEFAULT_WAIT, HEARTBEAT_SETTING
+from .parsers.invoke import DEFAULT_WAIT
 
 if TYPE_CHECKING:
     from ..manifest import ProviderManifest
@@ -212,7 +213,7 @@ def close_provider(provider: Any) -> None:
 def heartbeat_interval(env: Mapping[str, str] | None = None) -> float:
     """CRHELPER_HEARTBEAT_INTERVAL (seconds between "in progress" lines), or Refused naming the rule."""
     try:
-        return env_float(os.environ if env is None else env, HEARTBEAT_SETTING, DEFAULT_HEARTBEAT, minimum=0.05)
+        return configured_heartbeat(env)
     except ConfigError as exc:
         raise Refused(str(exc), f"set {HEARTBEAT_SETTING} to a number of seconds, or unset it "
                                 f"(default {DEFAULT_HEARTBEAT:g})") from None

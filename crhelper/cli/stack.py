@@ -43,7 +43,7 @@ from ..emulator import (
     load_parameter_file,
     parse_key_values,
 )
-from ..config import ConfigError, env_float
+from ..config import HEARTBEAT_SETTING, ConfigError, heartbeat_interval
 from ..emulator.delivery import StackDelivery
 from ..emulator.delivery_bindings import (
     BindingError,
@@ -73,9 +73,6 @@ from ..signals import on_signals
 from .parsers.stack import EXIT_FAILED, EXIT_OK, EXIT_USAGE, build_parser, error_document
 
 SUCCESS_STATUSES = frozenset({"CREATE_COMPLETE", "UPDATE_COMPLETE", "DELETE_COMPLETE"})
-HEARTBEAT_ENV = "CRHELPER_HEARTBEAT_INTERVAL"
-#: Seconds between heartbeat lines of a resource still in progress.
-DEFAULT_HEARTBEAT = 10.0
 
 
 # ---------------------------------------------------------------------------------------- output
@@ -274,9 +271,9 @@ def _provider_log_level(level: str) -> Iterator[None]:
 
 def _heartbeat_interval() -> float:
     try:
-        return env_float(os.environ, HEARTBEAT_ENV, DEFAULT_HEARTBEAT, minimum=0.05)
+        return heartbeat_interval()
     except ConfigError as exc:
-        raise _UsageError(str(exc), f"set {HEARTBEAT_ENV} to a number of seconds, or unset it") from None
+        raise _UsageError(str(exc), f"set {HEARTBEAT_SETTING} to a number of seconds, or unset it") from None
 
 
 def _read_template(path: Path) -> str:

@@ -34,6 +34,7 @@ from typing import Any, TextIO
 from urllib.parse import parse_qsl, urlsplit
 
 from ..config import env_float
+from ..constants import IN_PROGRESS_LOG_MESSAGE
 from ..logs import LOGGER_NAME, current_request, redact_url
 from .model import utc_now
 
@@ -47,7 +48,7 @@ DEFAULT_TERMINAL_LEVEL = "WARNING"
 LOG_LEVEL_ENV = "CRHELPER_LOG_LEVEL"
 FOLLOW_INTERVAL_ENV = "CRHELPER_FOLLOW_INTERVAL"
 #: The framework's record for each step of a long operation (crhelper.lifecycle): one poll.
-POLL_MESSAGE = "operation in progress"
+POLL_MESSAGE = IN_PROGRESS_LOG_MESSAGE
 
 STREAM_STDOUT, STREAM_STDERR, STREAM_LOG, STREAM_OUTPUT = "stdout", "stderr", "log", "output"
 

@@ -13,10 +13,6 @@ if TYPE_CHECKING:
 
 #: How long invoke waits for a long operation's answer unless --wait says otherwise.
 DEFAULT_WAIT = 3600.0
-#: Seconds between two "in progress" lines on stderr while it waits (a setting, so tests use 0.2).
-HEARTBEAT_SETTING = "CRHELPER_HEARTBEAT_INTERVAL"
-DEFAULT_HEARTBEAT = 10.0
-
 DESCRIPTION = (
     "Load the provider, send it the request from --event (its ResponseURLs are replaced by a local\n"
     "capturing server), and print the response body exactly as the provider sent it.\n"
@@ -30,14 +26,13 @@ DESCRIPTION = (
     "answered from the store's record for 24 h.\n\n"
     "A handler returning InProgress is called again in this process, with request.state, until it\n"
     "answers; the command waits up to --wait seconds (default %(wait)s), printing\n"
-    "\"crhelper invoke: in progress, 12 s, 3 poll(s)\" on stderr every %(setting)s\n"
-    "seconds (default %(heartbeat)s). Past --wait, or on Ctrl-C, it exits 2 saying what to do.\n\n"
+    "\"crhelper invoke: in progress, 12 s, 3 poll(s)\" on stderr every CRHELPER_HEARTBEAT_INTERVAL\n"
+    "seconds (default 10). Past --wait, or on Ctrl-C, it exits 2 saying what to do.\n\n"
     "PROVIDER path/to/file.py means path/to/file.py:provider.\n"
     "With --json, stdout is one JSON document: {\"response\": the body as sent (null if none),\n"
     "\"outcome\": {status SUCCESS|FAILED|ERROR, exit_code, method, bytes, attempts, violations,\n"
     "polls, seconds, error: null or {problem, next_step}}}, for errors too."
-) % {"wait": f"{DEFAULT_WAIT:g}", "heartbeat": f"{DEFAULT_HEARTBEAT:g}",
-     "setting": HEARTBEAT_SETTING}
+) % {"wait": f"{DEFAULT_WAIT:g}"}
 EPILOG = (
     "examples:\n"
     "  crhelper invoke samples/greeting.py:provider --event samples/events/create.json\n"
