@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 from crhelper.cloud.credentials import Credentials
 from crhelper.cloud.signing import cloudstack as signing
 from crhelper.cloud.signing.core import SignatureRejected, WireRequest
-from crhelper.local.fc_api import ApiResponse  # (status, headers, body): one home for the local endpoints
+from crhelper.servers import ApiResponse
 from crhelper.local.cloudstack_state import (
     PARAM_ERROR, UNSUPPORTED_ACTION, ApiError, CloudStackState, VirtualMachine, invalid_parameter)
 from crhelper.logs import get_logger

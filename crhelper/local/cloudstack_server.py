@@ -25,19 +25,19 @@ import sys
 import threading
 import time
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler
+
 from types import TracebackType
 from typing import Any, Callable, Sequence
 
 from crhelper.cloud.credentials import Credentials
-from crhelper.local.cloudstack_api import API_PATH, CONTENT_TYPE, ApiResponse, CloudStackApi, RecordedRequest
+from crhelper.local.cloudstack_api import API_PATH, CONTENT_TYPE, CloudStackApi, RecordedRequest
 from crhelper.local.cloudstack_state import (
     RUNNING, STOPPED, CloudStackSettings, CloudStackState, InstanceGroup, PowerEvent, VirtualMachine,
     invalid_parameter)
 from crhelper.local.processes import start_process
 from crhelper.local.supervisor import stop_group
 from crhelper.logs import get_logger
-from crhelper.servers import LocalHTTPServer, ServerThread
+from crhelper.servers import ApiRequestHandler, ApiResponse, LocalHTTPServer, ServerThread
 from crhelper.signals import stop_requested
 
 KEY_ENV, SECRET_ENV = "CLOUDSTACK_KEY", "CLOUDSTACK_SECRET"
@@ -53,11 +53,7 @@ class _CloudStackHttpServer(LocalHTTPServer):
     owner: "LocalCloudStack"
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    #: Headers and body go out in two writes: without this, a keep-alive client's delayed ACK
-    #: holds each answer ~40 ms.
-    disable_nagle_algorithm = True
+class _Handler(ApiRequestHandler):
     server: _CloudStackHttpServer
 
     def _serve(self) -> None:
@@ -70,12 +66,7 @@ class _Handler(BaseHTTPRequestHandler):
             error = invalid_parameter(f"Content-Length: must be a whole number of bytes up to {_MAX_BODY}")
             response = ApiResponse(error.errorcode, {"Content-Type": CONTENT_TYPE},
                                    json.dumps({"errorresponse": error.body()}).encode())
-        self.send_response(response.status)
-        for name, value in response.headers.items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(response.body)))
-        self.end_headers()
-        self.wfile.write(response.body)
+        self.write_response(response)
 
     do_GET = do_POST = _serve
 

@@ -23,6 +23,7 @@ from crhelper.cloud.signing import acs3, rpc
 from crhelper.cloud.signing.core import SignatureRejected, WireRequest
 from crhelper.cloud.signing.replay import ReplayCache
 from crhelper.local.ecs_params import Params, invalid, missing, page
+from crhelper.servers import ApiResponse
 from crhelper.local.ecs_state import (
     STATUSES, STOPPED_MODES, EcsError, Fleet, Instance, InstanceSpec, Invocation, InvocationTarget, Transition,
     fill, invoke_record_status, invoke_status, new_invoke_ids, placeholders,
@@ -40,13 +41,6 @@ BATCH_MODES = ("AllTogether", "SuccessFirst")
 
 Effects = Callable[[Transition], None]
 Launch = Callable[[Invocation, "list[InvocationTarget]"], None]
-
-
-@dataclass(frozen=True)
-class ApiResponse:
-    status: int
-    headers: dict[str, str]
-    body: bytes
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler
+
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Callable, Mapping, Sequence
@@ -34,7 +34,7 @@ from crhelper.cloud.credentials import Credentials, missing_hint
 from crhelper.cloud.signing.alibaba import MAX_CLOCK_SKEW_SECONDS
 from crhelper.cloud.signing.core import WireRequest
 from crhelper.cloud.signing.replay import nonce_cache
-from crhelper.local.ecs_api import ApiResponse, EcsApi, Fault, RecordedRequest
+from crhelper.local.ecs_api import EcsApi, Fault, RecordedRequest
 from crhelper.local.ecs_assistant import CommandRunner
 from crhelper.local.ecs_guest import GuestHost
 from crhelper.local.ecs_state import (
@@ -42,7 +42,7 @@ from crhelper.local.ecs_state import (
 )
 from crhelper.logs import get_logger
 from crhelper.paths import state_dir
-from crhelper.servers import LocalHTTPServer, ServerThread
+from crhelper.servers import ApiRequestHandler, ApiResponse, LocalHTTPServer, ServerThread
 from crhelper.signals import stop_requested
 
 __all__ = ["LocalECS", "EcsTimings", "main"]
@@ -58,12 +58,9 @@ class _EcsHttpServer(LocalHTTPServer):
     on_request: Callable[[], None]
 
 
-class _EcsRequestHandler(BaseHTTPRequestHandler):
+class _EcsRequestHandler(ApiRequestHandler):
     """HTTP to `EcsApi.handle` and back."""
 
-    protocol_version = "HTTP/1.1"
-    #: Headers and body go out as two writes; with Nagle and delayed ACKs each answer waited 40 ms.
-    disable_nagle_algorithm = True
     server: _EcsHttpServer
 
     def _dispatch(self) -> None:
@@ -76,12 +73,7 @@ class _EcsRequestHandler(BaseHTTPRequestHandler):
             body = self.rfile.read(int(length)) if int(length) else b""
             response = self.server.api.handle(WireRequest.of(self.command, self.path, self.headers, body))
             self.server.on_request()
-        self.send_response(response.status)
-        for name, value in response.headers.items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(response.body)))
-        self.end_headers()
-        self.wfile.write(response.body)
+        self.write_response(response)
 
     do_GET = do_POST = _dispatch
 

@@ -25,13 +25,7 @@ from crhelper.local.fc_records import (
 )
 from crhelper.local.fc_registry import FunctionRegistry
 from crhelper.local.fc_runner import InvocationRequest, InvocationResult, ProcessRunner
-
-
-@dataclass(frozen=True)
-class ApiResponse:
-    status: int
-    headers: dict[str, str]
-    body: bytes
+from crhelper.servers import ApiResponse
 
 
 @dataclass(frozen=True)

@@ -14,19 +14,18 @@ import logging
 import os
 import secrets
 import sys
-from http.server import BaseHTTPRequestHandler
 from types import TracebackType
 from typing import Any, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from crhelper.cloud.credentials import Credentials, missing_hint
-from crhelper.local.fc_api import ApiResponse, AsyncSettings, FcApi
+from crhelper.local.fc_api import AsyncSettings, FcApi
 from crhelper.local.fc_auth import MAX_CLOCK_SKEW_SECONDS, AccessKey
 from crhelper.local.fc_protocol import FcApiError
 from crhelper.local.fc_records import InvocationJournal, InvocationRecord
 from crhelper.local.fc_registry import FunctionRegistry, FunctionSpec
 from crhelper.local.fc_runner import OutputCallback, ProcessRunner
-from crhelper.servers import LocalHTTPServer, ServerThread
+from crhelper.servers import ApiRequestHandler, ApiResponse, LocalHTTPServer, ServerThread
 from crhelper.signals import stop_requested
 
 _log = logging.getLogger(__name__)
@@ -57,10 +56,9 @@ class _FcHttpServer(LocalHTTPServer):
     api: FcApi
 
 
-class _FcRequestHandler(BaseHTTPRequestHandler):
+class _FcRequestHandler(ApiRequestHandler):
     """Translates HTTP to `FcApi.handle` and back."""
 
-    protocol_version = "HTTP/1.1"
     server: _FcHttpServer
 
     def _read_body(self) -> bytes:
@@ -82,13 +80,7 @@ class _FcRequestHandler(BaseHTTPRequestHandler):
             response = ApiResponse(err.status, {"Content-Type": "application/json"}, err.body())
         else:
             response = self.server.api.handle(self.command, self.path, headers, body)
-        self.send_response(response.status)
-        for name, value in response.headers.items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(response.body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(response.body)
+        self.write_response(response)
 
     do_POST = do_GET = do_PUT = do_DELETE = do_HEAD = _dispatch
 
