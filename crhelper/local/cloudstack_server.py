@@ -25,7 +25,6 @@ import sys
 import threading
 import time
 from dataclasses import replace
-
 from types import TracebackType
 from typing import Any, Callable, Sequence
 
