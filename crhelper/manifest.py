@@ -43,6 +43,7 @@ BUILTIN_COMMANDS: dict[str, str] = {
 #: The providers this distribution declares (pyproject.toml [project.entry-points."crhelper.providers"]).
 BUILTIN_PROVIDERS: dict[str, str] = {
     "routes": "handlers.routes.manifest:manifest",
+    "bootgroups": "handlers.bootgroups.manifest:manifest",
 }
 
 

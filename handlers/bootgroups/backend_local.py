@@ -1,0 +1,114 @@
+"""The `local` backend: `Custom::LocalInstance` processes started and stopped for real by the
+per-home supervisor daemon (so an instance outlives the invocation that started it), checked from
+this host: PortCheck is a TCP connect to the instance's Host:port, Ping an ICMP echo where this
+process may send one and otherwise a TCP answer (accepted or refused) on a declared port or port 7
+(`probes.ping`; the message says which ran), GuestAgentLiveness a guest-ping to the agent
+(`guest_agent`) that wraps an instance declared with `GuestAgent: true`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from typing import Mapping
+
+from crhelper.local.processes import python_env
+from crhelper.local.supervisor import LIVE, NOT_FOUND, SupervisorClient, SupervisorError
+
+from . import guest_agent, probes
+from .backends import MISSING, RUNNING, STOPPED, CheckResult, VmState
+from .model import ERROR, GUEST_AGENT, PING, PORT, PORT_CHECK, GroupRef
+from .state import GroupStore, InstanceRecord
+
+#: What an instance's process is told about itself.
+ENV_ID, ENV_HOST, ENV_PORT, ENV_PORTS = ("CRHELPER_INSTANCE_ID", "CRHELPER_INSTANCE_HOST", "CRHELPER_INSTANCE_PORT",
+                                         "CRHELPER_INSTANCE_PORTS")
+
+
+def agent_address(home: str, instance_id: str) -> str:
+    """The abstract socket name of an instance's guest agent (unique per home and instance)."""
+    digest = hashlib.sha256(f"{home}\0{instance_id}".encode()).hexdigest()[:20]
+    return f"crhelper-guest-agent-{digest}"
+
+
+def process_argv(record: InstanceRecord) -> list[str]:
+    """The argv the supervisor runs: the command (a string through /bin/sh -c), wrapped by the guest
+    agent when the instance has one."""
+    shell, command = record.shell, list(record.argv)
+    if not record.guest_agent:
+        return ["/bin/sh", "-c", command[0]] if shell else command
+    return [sys.executable, "-m", "handlers.bootgroups.guest_agent", "--address", record.agent_address,
+            *(["--shell"] if shell else []), "--", *command]
+
+
+def process_env(record: InstanceRecord) -> dict[str, str]:
+    """The instance's Environment plus its id, host and ports (and the import path of the agent)."""
+    env = dict(record.environment)
+    env.update({ENV_ID: record.instance_id, ENV_HOST: record.host,
+                ENV_PORT: str(record.ports[0]) if record.ports else "",
+                ENV_PORTS: ",".join(str(port) for port in record.ports), "PYTHONUNBUFFERED": "1"})
+    if record.guest_agent:
+        env["PYTHONPATH"] = python_env(record.environment)["PYTHONPATH"]
+    return env
+
+
+class LocalBackend:
+    """BootBackend over the local instances of one home."""
+
+    def __init__(self, store: GroupStore, supervisor: SupervisorClient | None = None) -> None:
+        self.store = store
+        self.supervisor = supervisor or SupervisorClient()
+
+    def _record(self, vm: str) -> InstanceRecord:
+        record = self.store.get_instance(vm)
+        if record is None:
+            raise LookupError(f"no Custom::LocalInstance {vm!r} is registered in {self.supervisor.home}")
+        return record
+
+    def vm_state(self, vm: str) -> VmState:
+        record = self.store.get_instance(vm)
+        if record is None:
+            return VmState(MISSING)
+        try:
+            status = self.supervisor.status(vm)
+        except SupervisorError as exc:
+            if exc.code == NOT_FOUND:
+                return VmState(STOPPED, None)  # registered, never started
+            raise
+        if status.state in LIVE:
+            return VmState(RUNNING, status.started_at)
+        return VmState(STOPPED, status.ended_at)
+
+    def start_vm(self, vm: str) -> None:
+        record = self._record(vm)
+        self.supervisor.start(vm, process_argv(record), owner=record.owner, cwd=record.cwd or None,
+                              env=process_env(record))
+
+    def stop_vm(self, vm: str, forced: bool) -> None:
+        try:
+            self.supervisor.stop(vm, grace=0.0 if forced else None)
+        except SupervisorError as exc:
+            if exc.code != NOT_FOUND and not forced:
+                raise
+
+    def reboot_vm(self, vm: str) -> None:
+        self._record(vm)
+        self.supervisor.restart(vm)
+
+    def expand_group(self, group: GroupRef) -> list[str]:
+        if group.instances is None:
+            raise ValueError(f"instance group {group.name!r}: the local backend needs its Instances listed")
+        return list(group.instances)
+
+    def check(self, rule_type: str, vm: str, details: Mapping[str, str], timeout: float) -> CheckResult:
+        record = self._record(vm)
+        if rule_type == PORT_CHECK:
+            return probes.tcp_probe(record.host, int(details[PORT]), timeout)
+        if rule_type == PING:
+            return probes.ping(record.host, timeout, record.ports)
+        if rule_type == GUEST_AGENT:
+            if not record.guest_agent:
+                return CheckResult(ERROR, f"instance {vm!r} runs no guest agent (a Custom::LocalInstance needs GuestAgent: true)")
+            alive, seen = guest_agent.ping(record.agent_address, timeout)
+            return CheckResult("Ready" if alive else ERROR, seen)
+        return CheckResult(ERROR, f"no checker for rule type {rule_type}")

@@ -1,0 +1,487 @@
+"""`Custom::InstanceBootGroup` and `Custom::LocalInstance` on the crhelper framework (issue 12).
+
+A boot group's truth is the provider's own state (`state.GroupStore`, never expiring), not the
+idempotency records: the group, its claims on its instances across stacks, and the engine's run,
+checkpointed after every poll round. The long operations only carry the group id between steps,
+so a step whose process dies resumes from the stored run (no tier restarted, no attempt counted
+twice), and a retried Create finds the group it made (its id derives from the request).
+
+Create validates (membership across stacks, rules, limits; the plan's worst case against the
+type's deadline), stores the group and converges on DesiredState; Update applies member, rule and
+setting changes in place, then converges (start, stop, or a reboot when RebootToken changed);
+Delete removes the group, its members and rules (stopping the instances first with StopOnDelete).
+A failed Create forgets the group again: ROS sends its Delete without a physical id we made.
+`Custom::LocalInstance` Create registers a process definition Stopped; the group starts it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import threading
+from typing import Any, Mapping
+
+from crhelper import Failure, Provider, Request, Result, get_logger, operations
+from crhelper.config import env_float
+from crhelper.local.supervisor import NOT_FOUND, SupervisorClient, SupervisorError, resource_owner
+from crhelper.paths import state_dir
+from crhelper.registry import MAX_DEADLINE
+
+from . import engine, events as ev
+from .backend_for import BackendUnavailable, make_backend
+from .backend_local import agent_address
+from .backends import BootBackend
+from .model import (
+    BOOT_GROUP_TYPE, INSTANCE_GROUP, LOCAL_INSTANCE_TYPE, RUNNING, InstanceBootGroupProps, LocalInstanceProps,
+    MemberSpec,
+)
+from .readiness import member_status, reset_after_outside_restart, restarted_outside
+from .settings import GlobalSettings, effective, worst_case
+from .state import (
+    ACTIVE, STATE_DIR, GroupRecord, GroupStore, InstanceRecord, StateConflict, describe_item, open_store,
+)
+from .validation import (
+    Context, Problem, check_group, check_update, group_item, instance_item, problems_error, validate_local_instance,
+)
+
+log = get_logger("bootgroups")
+
+ENV_STORE = "CRHELPER_BOOTGROUP_STORE"
+ENV_DEADLINE = "CRHELPER_BOOTGROUP_DEADLINE"
+ENV_STEP = "CRHELPER_BOOTGROUP_STEP_SECONDS"
+#: Data stays well inside ROS's 4,096 bytes (the framework adds the ids around it).
+DATA_BUDGET = 3500
+PLAN_ADVICE = ("lower Settings.ReadinessTimeoutSeconds, MaxRetryAttempts or InitialDelaySeconds, or use fewer "
+               "BootOrders (the worst case is tiers × (InitialDelaySeconds + (MaxRetryAttempts+1)·ReadinessTimeoutSeconds "
+               "+ MaxRetryAttempts·CRHELPER_BOOTGROUP_POLL_INTERVAL))")
+
+
+@dataclasses.dataclass
+class GroupStep:
+    """What travels between the steps of a long operation: which group (the rest is stored)."""
+
+    group_id: str = ""
+
+
+# --- shared pieces -------------------------------------------------------------------------------
+
+_stores: dict[tuple[str, str], GroupStore] = {}
+_stores_lock = threading.Lock()
+
+
+def group_store(env: Mapping[str, str] | None = None) -> GroupStore:
+    """The store of `CRHELPER_BOOTGROUP_STORE` (default: SQLite under `$CRHELPER_HOME/bootgroups`), one per process."""
+    env = os.environ if env is None else env
+    key = (env.get(ENV_STORE, ""), str(state_dir(STATE_DIR, env)))
+    with _stores_lock:
+        if key not in _stores:
+            try:
+                _stores[key] = open_store(key[0] or None, env)
+            except ValueError as exc:
+                raise Failure(str(exc)) from None
+        return _stores[key]
+
+
+def global_settings() -> GlobalSettings:
+    try:
+        return GlobalSettings.from_env()
+    except ValueError as exc:
+        raise Failure(f"provider configuration: {exc}") from None
+
+
+def _derived_id(prefix: str, request: Request, label: str = "") -> str:
+    """An id the Create's retries and duplicates find again: from the stack, the resource and the request."""
+    digest = hashlib.sha256(f"{request.stack_id}\0{request.logical_resource_id}\0{request.request_id}".encode()).hexdigest()
+    slug = re.sub(r"[^a-z0-9]+", "-", (label or request.logical_resource_id).lower()).strip("-")[:40] or "x"
+    return f"{prefix}-{slug}-{digest[:10]}"
+
+
+def _backend(record_backend: str, store: GroupStore) -> BootBackend:
+    try:
+        return make_backend(record_backend, store, os.environ)
+    except BackendUnavailable as exc:
+        raise Failure(str(exc)) from None
+
+
+def _log_events(group: GroupRecord, events: list[ev.Event]) -> None:
+    for event in events:
+        log.info(event.line(), extra={"fields": {"event": event.type, "group": group.name, "GroupId": group.group_id,
+                                                 "ok": event.ok}})
+
+
+def _record_events(store: GroupStore, group: GroupRecord, events: list[ev.Event]) -> None:
+    store.append_events(group.group_id, events)
+    _log_events(group, events)
+
+
+# --- validation against the state ----------------------------------------------------------------
+
+def _candidate_items(props: InstanceBootGroupProps) -> list[str]:
+    items: list[str] = []
+    for member in props.Members:
+        if member.Instance:
+            items.append(instance_item(member.Instance.strip()))
+        elif member.InstanceGroup is not None:
+            key = (member.InstanceGroup.Name or member.InstanceGroup.Id or "").strip()
+            if key:
+                items.append(group_item(key))
+            items.extend(instance_item(vm) for vm in member.InstanceGroup.Instances or ())
+    return items
+
+
+def _claimed_items(members: list[MemberSpec]) -> dict[str, str]:
+    """Membership key -> the property path naming it, for every instance and group of the plan."""
+    items: dict[str, str] = {}
+    for index, member in enumerate(members):
+        if member.kind == INSTANCE_GROUP:
+            items.setdefault(group_item(member.key), f"Members[{index}].InstanceGroup")
+            for vm in (member.group.instances if member.group else None) or ():
+                items.setdefault(instance_item(vm), f"Members[{index}].InstanceGroup")
+        else:
+            items.setdefault(instance_item(member.key), f"Members[{index}].Instance")
+    return items
+
+
+def _check(props: InstanceBootGroupProps, store: GroupStore, gs: GlobalSettings, besides: str = "") -> Any:
+    """Every rule of the spec on `props`, with the other groups' claims and names and what the local
+    instances are; raises PropertiesError listing every problem."""
+    backend = (props.Backend or gs.backend).strip().lower()
+    instances: dict[str, InstanceRecord | None] = {}
+
+    def local_instance(vm: str) -> InstanceRecord | None:
+        if vm not in instances:
+            instances[vm] = store.get_instance(vm)
+        return instances[vm]
+
+    def has_guest_agent(vm: str) -> bool | None:
+        if backend != "local":
+            return None
+        found = local_instance(vm)
+        return None if found is None else found.guest_agent
+
+    context = Context(max_members=gs.max_members, default_backend=gs.backend,
+                      claims=store.claims(_candidate_items(props), besides=besides),
+                      has_guest_agent=has_guest_agent, taken_names=store.names(besides=besides))
+    checked = check_group(props, context)
+    problems = list(checked.problems)
+    if backend == "local":
+        for index, member in enumerate(props.Members):
+            if member.Instance and member.Instance.strip() and local_instance(member.Instance.strip()) is None:
+                problems.append(Problem(f"Members[{index}].Instance", f"no Custom::LocalInstance {member.Instance.strip()!r} "
+                                        "is registered (give {Ref: <its logical id>})"))
+            if member.InstanceGroup is not None:
+                for position, vm in enumerate(member.InstanceGroup.Instances or ()):
+                    if vm.strip() and local_instance(vm.strip()) is None:
+                        problems.append(Problem(f"Members[{index}].InstanceGroup.Instances[{position}]",
+                                                f"no Custom::LocalInstance {vm!r} is registered"))
+    if problems:
+        raise problems_error(problems)
+    return checked
+
+
+def _conflict(exc: StateConflict) -> Failure:
+    if exc.path:
+        return problems_error([Problem(exc.path, str(exc))])
+    return Failure(str(exc))
+
+
+# --- runs ----------------------------------------------------------------------------------------
+
+def _begin_run(record: GroupRecord, operation: str, run_key: str, backend: BootBackend, gs: GlobalSettings,
+               now: float) -> None:
+    """Put a new run on the record (stored by the caller with whatever else changed). Instances
+    restarted outside the group since its last run read Unknown first (§2.3)."""
+    if operation in (engine.START, engine.REBOOT) and record.power_changes:
+        states = {}
+        for vm in record.power_changes:
+            try:
+                states[vm] = backend.vm_state(vm)
+            except Exception:  # noqa: BLE001 - only a cache hint; the run itself will report the instance
+                continue
+        for vm in restarted_outside(record.power_changes, states):
+            reset_after_outside_restart(record.cache, vm, now)
+    run = engine.begin(operation, record.name, record.members, settings=record.settings, now=now,
+                       poll_interval=gs.poll_interval, check_concurrency=gs.check_concurrency, forced=record.forced,
+                       cache=record.cache)
+    record.run, record.run_id = engine.dump_run(run), run_key
+
+
+def _converge(record: GroupRecord, run_key: str, store: GroupStore, backend: BootBackend,
+              budget: operations.Budget) -> operations.Continue[GroupStep] | engine.BootRun:
+    """Advance the record's run (checkpointed after every round); the finished run, or Continue."""
+    if record.run_id != run_key or record.run is None:
+        raise Failure(f"boot group {record.name!r}: its stored run belongs to another request ({record.run_id or 'none'}); "
+                      "another operation took the group over")
+    run = engine.load_run(record.run)
+    if not run.finished:
+
+        def checkpoint(current: engine.BootRun) -> None:
+            record.run = engine.dump_run(current)
+            store.save_group(record)
+
+        outcome = engine.advance(run, backend, budget, checkpoint=checkpoint)
+        record.run = engine.dump_run(run)
+        store.save_group(record)
+        if not outcome.finished:
+            return operations.Continue(delay=outcome.delay)
+    if record.last_result.get("RunId") != run_key:
+        _record_events(store, record, list(run.events))
+        record.cache = dict(run.cache)
+        record.power_changes.update(engine.power_changes(run))
+        record.last_result = {"RunId": run_key, "Operation": run.operation, "Ok": run.ok, "Reason": run.reason,
+                              "Ended": run.ended}
+        store.save_group(record)
+    return run
+
+
+def _readiness(record: GroupRecord, run: engine.BootRun | None, backend: BootBackend) -> dict[str, str]:
+    """Each member's readiness: from this start, else from the cache and the instances' power state."""
+    if run is not None and run.start is not None:
+        return engine.member_readiness(run)
+    out: dict[str, str] = {}
+    for member in record.members:
+        vms = [member.key] if member.kind != INSTANCE_GROUP else list((member.group.instances if member.group else None) or [])
+        running = {}
+        for vm in vms:
+            try:
+                running[vm] = backend.vm_state(vm).running
+            except Exception:  # noqa: BLE001 - readiness is then Unknown-ish: not Running
+                running[vm] = False
+        out[member.key] = member_status(member, vms, record.cache, running)[0]
+    return out
+
+
+def group_data(record: GroupRecord, run: engine.BootRun | None, backend: BootBackend) -> dict[str, Any]:
+    """Data: GroupId, the tiers in order, per-member readiness, the effective settings; compacted
+    to stay within ROS's 4,096 bytes."""
+    tiers = engine.tier_summary(run) if run is not None else engine.tier_summary(
+        engine.begin(engine.STOP, record.name, record.members, settings=record.settings, now=0.0))
+    data: dict[str, Any] = {
+        "GroupId": record.group_id, "Name": record.name, "Backend": record.backend, "State": record.desired_state,
+        "Tiers": [{"Order": t["Order"], "Members": t["Members"]} for t in tiers],
+        "Readiness": _readiness(record, run, backend),
+        "Settings": record.settings.report(),
+    }
+    if run is not None and run.ended is not None:
+        data["Seconds"] = round(run.ended - run.began, 3)
+    if len(json.dumps(data)) > DATA_BUDGET:
+        data["Tiers"] = [f"{t['Order']}:{len(t['Members'])}" for t in tiers]
+    if len(json.dumps(data)) > DATA_BUDGET:
+        counts: dict[str, int] = {}
+        for status in data["Readiness"].values():
+            counts[status] = counts.get(status, 0) + 1
+        data["Readiness"] = counts
+    return data
+
+
+def _operation_for(desired: str, reboot: bool) -> str:
+    if desired != RUNNING:
+        return engine.STOP
+    return engine.REBOOT if reboot else engine.START
+
+
+def _result(record: GroupRecord, run: engine.BootRun, backend: BootBackend, physical: bool) -> Result:
+    data = group_data(record, run, backend)
+    return Result(physical_id=record.group_id, data=data) if physical else Result(data=data)
+
+
+# --- the provider --------------------------------------------------------------------------------
+
+def build_provider(provider: Provider | None = None) -> Provider:
+    """Register both types on `provider` (a new one by default). Importing this module costs no I/O."""
+    provider = provider or Provider()
+    deadline = env_float(os.environ, ENV_DEADLINE, MAX_DEADLINE, minimum=1.0, maximum=MAX_DEADLINE)
+    step_seconds = env_float(os.environ, ENV_STEP, operations.DEFAULT_STEP_SECONDS, minimum=0.1, maximum=3600.0)
+    provider.set_deadline(BOOT_GROUP_TYPE, deadline)
+
+    def plan(props: InstanceBootGroupProps) -> float:
+        orders = {member.BootOrder for member in props.Members}
+        return worst_case(len(orders), effective(props.Settings), global_settings().poll_interval)
+
+    @operations.create(provider, BOOT_GROUP_TYPE, state=GroupStep, plan=plan, plan_advice=PLAN_ADVICE,
+                       step_seconds=step_seconds)
+    def create_group(props: InstanceBootGroupProps, state: GroupStep, request: Request,
+                     budget: operations.Budget) -> Any:
+        store, gs = group_store(), global_settings()
+        run_key = f"{request.request_id}:create"
+        first_step = not state.group_id
+        state.group_id = state.group_id or _derived_id("ibg", request, props.Name)
+        record = store.get_group(state.group_id)
+        if record is not None and first_step and record.run_id == run_key and record.last_result.get("RunId") != run_key:
+            record.resumed += 1
+            log.warning("resuming a boot-group start another process left unfinished",
+                        extra={"fields": {"group": record.name, "GroupId": record.group_id, "resumed": record.resumed}})
+            store.save_group(record)
+        if record is None:
+            checked = _check(props, store, gs)
+            record = GroupRecord(group_id=state.group_id, name=props.Name, stack_id=request.stack_id,
+                                 logical_id=request.logical_resource_id, request_id=request.request_id,
+                                 backend=checked.backend, description=props.Description, members=checked.members,
+                                 settings=checked.settings, desired_state=checked.desired_state,
+                                 reboot_token=props.RebootToken, forced=props.Forced, stop_on_delete=props.StopOnDelete)
+            backend = _backend(record.backend, store)
+            _begin_run(record, _operation_for(record.desired_state, False), run_key, backend, gs, budget.now())
+            try:
+                store.create_group(record, _claimed_items(record.members))
+            except StateConflict as exc:
+                raise _conflict(exc) from None
+            created = [ev.Event(ev.CREATE, budget.now(), f"boot group {record.name!r} on the {record.backend} backend",
+                                subject=record.name)]
+            _record_events(store, record, created + ev.plan_changes([], record.members, budget.now()))
+        backend = _backend(record.backend, store)
+        outcome = _converge(record, run_key, store, backend, budget)
+        if isinstance(outcome, operations.Continue):
+            return outcome
+        if not outcome.ok:
+            store.remove_group(record.group_id)  # a failed Create leaves nothing: its Delete never reaches us
+            raise Failure(outcome.reason or f"boot group {record.name!r}: the {outcome.operation} failed")
+        record.status = ACTIVE
+        store.save_group(record)
+        return _result(record, outcome, backend, physical=True)
+
+    @operations.update(provider, BOOT_GROUP_TYPE, state=GroupStep, plan=plan, plan_advice=PLAN_ADVICE,
+                       step_seconds=step_seconds)
+    def update_group(props: InstanceBootGroupProps, old: Any, state: GroupStep, request: Request,
+                     budget: operations.Budget) -> Any:
+        store, gs = group_store(), global_settings()
+        group_id = state.group_id = state.group_id or (request.physical_resource_id or "")
+        record = store.get_group(group_id)
+        if record is None:
+            raise Failure(f"boot group {group_id!r} is not in the provider's state (deleted outside the stack?); "
+                          "delete the resource and create it again")
+        run_key = f"{request.request_id}:update"
+        if record.run_id != run_key:
+            checked = _check(props, store, gs, besides=group_id)
+            if checked.backend != record.backend:
+                raise problems_error([Problem("Backend", f"a boot group cannot move from the {record.backend} backend "
+                                                         f"to {checked.backend}; create another boot group instead")])
+            changed = check_update(record.members, checked.members)
+            if changed:
+                raise problems_error(changed)
+            now = budget.now()
+            happened = ev.plan_changes(record.members, checked.members, now)
+            reboot = (props.RebootToken or "") != (record.reboot_token or "") and record.desired_state == RUNNING
+            before = (record.name, record.description, record.settings, record.desired_state)
+            record.name, record.description, record.members = props.Name, props.Description, checked.members
+            record.settings, record.desired_state = checked.settings, checked.desired_state
+            record.reboot_token, record.forced, record.stop_on_delete = props.RebootToken, props.Forced, props.StopOnDelete
+            backend = _backend(record.backend, store)
+            _begin_run(record, _operation_for(record.desired_state, reboot), run_key, backend, gs, now)
+            try:
+                store.reclaim(record, _claimed_items(record.members))
+            except StateConflict as exc:
+                raise _conflict(exc) from None
+            if happened or before != (record.name, record.description, record.settings, record.desired_state):
+                happened.insert(0, ev.Event(ev.UPDATE, now, f"boot group {record.name!r}: DesiredState "
+                                                            f"{record.desired_state}", subject=record.name))
+            _record_events(store, record, happened)
+        backend = _backend(record.backend, store)
+        outcome = _converge(record, run_key, store, backend, budget)
+        if isinstance(outcome, operations.Continue):
+            return outcome
+        if not outcome.ok:
+            raise Failure(outcome.reason or f"boot group {record.name!r}: the {outcome.operation} failed")
+        return _result(record, outcome, backend, physical=False)
+
+    @operations.delete(provider, BOOT_GROUP_TYPE, state=GroupStep, step_seconds=step_seconds)
+    def delete_group(props: Any, state: GroupStep, request: Request, budget: operations.Budget) -> Any:
+        store = group_store()
+        group_id = state.group_id = state.group_id or (request.physical_resource_id or "")
+        record = store.get_group(group_id)
+        if record is None:
+            return Result()
+        if record.stop_on_delete:
+            run_key = f"{request.request_id}:delete"
+            backend = _backend(record.backend, store)
+            if record.run_id != run_key:
+                _begin_run(record, engine.STOP, run_key, backend, global_settings(), budget.now())
+                store.save_group(record)
+            outcome = _converge(record, run_key, store, backend, budget)
+            if isinstance(outcome, operations.Continue):
+                return outcome
+            if not outcome.ok:
+                raise Failure(f"boot group {record.name!r} was not deleted: StopOnDelete: {outcome.reason}")
+        _record_events(store, record, [ev.Event(ev.DELETE, budget.now(), f"boot group {record.name!r} with "
+                                                f"{len(record.members)} member(s) and their rules", subject=record.name)])
+        store.remove_group(group_id)
+        return Result()
+
+    # --- Custom::LocalInstance -------------------------------------------------------------------
+
+    def instance_record(props: LocalInstanceProps, instance_id: str, request: Request) -> InstanceRecord:
+        validate_local_instance(props)
+        cwd = props.WorkingDirectory
+        if cwd is not None and not os.path.isabs(cwd):
+            raise problems_error([Problem("WorkingDirectory", "must be an absolute path (default: a folder of its own "
+                                                              "under $CRHELPER_HOME/bootgroups/instances)")])
+        if cwd is None:
+            folder = state_dir(STATE_DIR, create=True) / "instances" / instance_id
+            folder.mkdir(parents=True, exist_ok=True)
+            cwd = str(folder)
+        shell = isinstance(props.Command, str)
+        return InstanceRecord(instance_id=instance_id, argv=[props.Command] if isinstance(props.Command, str) else list(props.Command),
+                              shell=shell, owner=resource_owner(request.stack_id, request.logical_resource_id), cwd=cwd,
+                              environment=dict(props.Environment), host=props.Host.strip(), ports=list(props.Ports),
+                              guest_agent=props.GuestAgent,
+                              agent_address=agent_address(str(state_dir(STATE_DIR)), instance_id) if props.GuestAgent else "",
+                              stack_id=request.stack_id, logical_id=request.logical_resource_id)
+
+    def instance_data(record: InstanceRecord, state: str) -> dict[str, Any]:
+        return {"InstanceId": record.instance_id, "Host": record.host, "Ports": list(record.ports), "State": state}
+
+    @provider.create(LOCAL_INSTANCE_TYPE)
+    def create_instance(props: LocalInstanceProps, request: Request) -> Result:
+        store = group_store()
+        instance_id = _derived_id("li", request)
+        record = instance_record(props, instance_id, request)
+        existing = store.get_instance(instance_id)
+        if existing is not None:
+            record.created = existing.created
+        store.put_instance(record)
+        return Result(physical_id=instance_id, data=instance_data(record, "Stopped"))
+
+    @provider.update(LOCAL_INSTANCE_TYPE)
+    def update_instance(props: LocalInstanceProps, old: Any, request: Request) -> Result:
+        store = group_store()
+        instance_id = request.physical_resource_id or ""
+        existing = store.get_instance(instance_id)
+        if existing is None:
+            raise Failure(f"Custom::LocalInstance {instance_id!r} is not in the provider's state; delete and recreate it")
+        record = instance_record(props, instance_id, request)
+        record.created = existing.created
+        backend = _backend("local", store)
+        running = backend.vm_state(instance_id).running
+        if running and record != existing:
+            backend.stop_vm(instance_id, False)
+            store.put_instance(record)
+            backend.start_vm(instance_id)
+        else:
+            store.put_instance(record)
+        return Result(data=instance_data(record, "Running" if running else "Stopped"))
+
+    @provider.delete(LOCAL_INSTANCE_TYPE)
+    def delete_instance(props: Any, request: Request) -> None:
+        store = group_store()
+        instance_id = request.physical_resource_id or ""
+        if store.get_instance(instance_id) is None:
+            return
+        held = store.claims([instance_item(instance_id)])
+        if held:
+            raise Failure(f"{describe_item(instance_item(instance_id))} is a member of boot group "
+                          f"{held[instance_item(instance_id)]!r}: remove it from the group (or delete the group) first")
+        try:
+            SupervisorClient().stop(instance_id, forget=True)
+        except SupervisorError as exc:
+            if exc.code != NOT_FOUND:
+                raise Failure(f"Custom::LocalInstance {instance_id!r} could not be stopped: {exc}") from None
+        store.delete_instance(instance_id)
+
+    return provider
+
+
+#: The module-level provider; `handler` is the Function Compute entry point.
+provider = build_provider()
+handler = provider.fc_handler
