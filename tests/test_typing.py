@@ -11,6 +11,7 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_mypy_reports_no_errors() -> None:
     pytest.importorskip("mypy")
     result = subprocess.run(

@@ -103,6 +103,7 @@ def write(tmp_path: Path, name: str, value: Any) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_cli_prints_a_table_and_exits_by_verdict(tmp_path: Path) -> None:
     create, update = write(tmp_path, "c.json", {"Name": "cli"}), write(tmp_path, "u.json", {"Name": "cli", "Times": 2})
     ok = subprocess.run([sys.executable, "-m", "crhelper.cli.contract", f"{GREETING}:provider", "--type", "Custom::Greeting",

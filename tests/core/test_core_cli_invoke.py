@@ -40,6 +40,7 @@ def test_invoke_exits_1_on_failed(tmp_path):
     assert "ResourceProperties.Times: Input should be less than or equal to 10" in json.loads(result.stdout)["Reason"]
 
 
+@pytest.mark.slow
 def test_invoke_with_module_spec_and_retries():
     result = crhelper("invoke", "samples.greeting:provider", "--event", "samples/events/create.json", "--fail-first", "1")
     assert result.returncode == 0, result.stderr
@@ -153,6 +154,7 @@ def test_invoke_reports_a_broken_provider_in_one_line_and_exits_2(tmp_path, sour
     assert next_step in lines[0]
 
 
+@pytest.mark.slow
 def test_invoke_json_is_one_document_with_the_response_and_the_outcome():
     result = crhelper("invoke", "samples/greeting.py", "--event", "samples/events/create.json", "--json",
                       "--fail-first", "1")
@@ -221,6 +223,7 @@ HEARTBEAT = {"CRHELPER_HEARTBEAT_INTERVAL": "0.2"}
 
 
 @pytest.mark.parametrize("options", [[], ["--timeout", "30"]], ids=["local", "as-a-function"])
+@pytest.mark.slow
 def test_invoke_waits_for_a_long_operation_and_prints_a_heartbeat(tmp_path, options):
     # --timeout acts as a Function Compute function, whose context has no endpoint to re-invoke:
     # invoke continues the operation in its own process all the same.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from typing import Annotated, Literal
 
 import msgspec
@@ -90,6 +92,7 @@ def test_error_mapping_is_pure():
     assert _msgspec_error("Invalid enum value 'topsecret' - at `$.T`", "P") == "P.T: Invalid enum value"
 
 
+@pytest.mark.slow
 def test_fast_sample_matches_the_pydantic_sample(tmp_path):
     import json
     import subprocess

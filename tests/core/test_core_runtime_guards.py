@@ -19,6 +19,7 @@ def fc_context(timeout: float) -> SimpleNamespace:
     return SimpleNamespace(request_id="r", function=SimpleNamespace(timeout=timeout, name="f"))
 
 
+@pytest.mark.slow
 def test_handler_near_the_deadline_is_answered_failed_once_and_late_result_dropped(response_server):
     finished = threading.Event()
     provider = Provider()

@@ -133,6 +133,7 @@ def test_malformed_responses_fail_the_resource(
     assert resource(emulator, "s", "A").status_reason == reason
 
 
+@pytest.mark.slow
 def test_timeout_is_enforced(emulator: StackEmulator, provider: Provider, events: list[StackEvent]) -> None:
     provider.on("Slow", "Create", hang=True)
     doc = template({"Slow": custom(Timeout=1), "Fast": custom()})

@@ -132,6 +132,7 @@ def test_base_exceptions_from_a_handler_are_answered_failed(exc, deadline, respo
     assert response_server.wait_for(event["RequestId"])["Reason"] == exc.__name__
 
 
+@pytest.mark.slow
 def test_hung_handlers_do_not_delay_other_requests(response_server):
     """70 handlers hang (more than a fixed pool of 64 threads): a new request still runs at once."""
     release = threading.Event()

@@ -31,6 +31,7 @@ def test_async_accepts_then_runs(fc: LocalFunctionCompute, client: fc2.Client,
     assert (record.invocation_type, record.status, len(record.attempts)) == ("Async", "succeeded", 1)
 
 
+@pytest.mark.slow
 def test_async_returns_before_the_handler_runs(fc: LocalFunctionCompute, client: fc2.Client,
                                                tmp_path: Path) -> None:
     out = tmp_path / "runs.jsonl"
@@ -58,6 +59,7 @@ def test_async_delay_is_honoured(fc: LocalFunctionCompute, client: fc2.Client,
     assert _lines(out)[0]["time"] - sent >= 2.0
 
 
+@pytest.mark.slow
 def test_failing_async_is_retried_max_times(fc: LocalFunctionCompute, client: fc2.Client) -> None:
     response = client.invoke_function(SERVICE, "boom", payload=b"{}", headers=ASYNC)
     assert fc.wait_idle(15)
@@ -90,6 +92,7 @@ def test_retry_count_is_configurable(tmp_path: Path) -> None:
         assert len(fc.record(response.headers["x-fc-request-id"]).attempts) == 2
 
 
+@pytest.mark.slow
 def test_async_timeout_counts_as_failure(tmp_path: Path) -> None:
     with LocalFunctionCompute(max_async_retries=1, async_retry_delay=0.01) as fc:
         fc.register("s", "sleeper", "fc_local_handlers:sleeper", timeout=0.5)
@@ -125,6 +128,7 @@ def test_async_payload_limit_is_128kb(client: fc2.Client) -> None:
     assert client.invoke_function(SERVICE, "echo", payload=big).data == big  # sync allows 32 MB
 
 
+@pytest.mark.slow
 def test_handler_reinvokes_itself_with_context_credentials(fc: LocalFunctionCompute,
                                                            client: fc2.Client,
                                                            tmp_path: Path) -> None:

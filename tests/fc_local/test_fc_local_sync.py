@@ -119,6 +119,7 @@ def test_import_errors_become_function_errors(client: fc2.Client, function: str,
     assert error["errorMessage"].startswith(message)
 
 
+@pytest.mark.slow
 def test_timeout_kills_the_worker(fc: LocalFunctionCompute, client: fc2.Client,
                                   tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"

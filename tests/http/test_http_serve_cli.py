@@ -60,6 +60,7 @@ def serve_process() -> Iterator[tuple[subprocess.Popen[str], str]]:
             process.stderr.close()
 
 
+@pytest.mark.slow
 def test_serve_process_answers_and_stops_cleanly_on_sigterm(serve_process, response_server: ResponseServer) -> None:
     process, url = serve_process
     events = [response_server.attach(make_event("Create", "Custom::Echo", {"Name": f"p{i}"})) for i in range(5)]

@@ -28,6 +28,7 @@ def test_sync_path_replies_with_the_response_and_sends_no_callback(serve, respon
     assert response_server.captures == []  # ROS expects no callback for web[sync]
 
 
+@pytest.mark.slow
 def test_slow_handler_is_answered_failed_before_the_limit(serve) -> None:
     server = serve(EndpointConfig(sync_within=1.0))
     event = make_event("Create", "Custom::Slow", {"Seconds": 8})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import threading
 import time
 from types import SimpleNamespace
@@ -10,6 +12,7 @@ from crhelper import Provider, Result
 from crhelper.testing import make_event
 
 
+@pytest.mark.slow
 def test_duplicate_during_a_step_longer_than_the_configured_lease_is_absorbed(tmp_path, monkeypatch, response_server):
     monkeypatch.setenv("CRHELPER_STORE", f"sqlite:///{tmp_path / 'state.sqlite'}")
     monkeypatch.setenv("CRHELPER_STEP_LEASE", "1")

@@ -51,6 +51,7 @@ def test_five_polls_complete_with_one_response(response_server, store_url, provi
     assert len(response_server.captures) == 1
 
 
+@pytest.mark.slow
 def test_deadline_sends_failed_on_time_and_runs_on_timeout(response_server, store_url, provider_factory):
     provider = provider_factory()
     cleaned: list[str] = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import threading
 import time
 
@@ -19,6 +21,7 @@ def _busy_provider(path: str) -> Provider:
     return provider
 
 
+@pytest.mark.slow
 def test_close_while_reentries_run_does_not_deadlock(tmp_path, monkeypatch):
     # Jobs keep entering provider.handle(); close() must not hold the lock they need while it
     # waits for them to finish.

@@ -99,6 +99,7 @@ def test_missing_queue_errors(account: Any, name: str) -> None:
         assert (err.type, err.message) == ("QueueNotExist", "The queue name you provided is not exist.")
 
 
+@pytest.mark.slow
 def test_long_poll_times_out_then_wakes_on_send(account: Any, name: str, local_mns: LocalMNS) -> None:
     queue = _queue(account, name)
     start = time.monotonic()
@@ -117,6 +118,7 @@ def test_long_poll_times_out_then_wakes_on_send(account: Any, name: str, local_m
     assert got.message_body == "late" and 0.25 <= elapsed < 2.0
 
 
+@pytest.mark.slow
 def test_visibility_timeout_expiry_redelivers_with_new_handle(account: Any, name: str) -> None:
     queue = _queue(account, name, visibilitytimeout=1)
     queue.send_message(Message("work"))
@@ -134,6 +136,7 @@ def test_visibility_timeout_expiry_redelivers_with_new_handle(account: Any, name
     queue.delete_message(second.receipt_handle)
 
 
+@pytest.mark.slow
 def test_change_message_visibility_extends_and_reissues_handle(account: Any, name: str) -> None:
     queue = _queue(account, name, visibilitytimeout=30)
     queue.send_message(Message("long work"))
@@ -147,6 +150,7 @@ def test_change_message_visibility_extends_and_reissues_handle(account: Any, nam
     queue.delete_message(again.receipt_handle)
 
 
+@pytest.mark.slow
 def test_delay_seconds_hold_message_back(account: Any, name: str) -> None:
     queue = _queue(account, name)
     msg = Message("later")

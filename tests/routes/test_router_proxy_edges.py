@@ -208,6 +208,7 @@ def test_expect_100_continue_reaches_an_http10_backend(home: Path, backends: lis
     assert resp.status_code == 200 and resp.json()["body"] == "payload"
 
 
+@pytest.mark.slow
 def test_stop_does_not_wait_for_a_stuck_request(home: Path, tricky: list[TrickyBackend]) -> None:
     repo, registry = RouteRepository(), ServiceRegistry()
     registry.register("stuck-web", tricky[0].addr)

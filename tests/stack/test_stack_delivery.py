@@ -28,6 +28,7 @@ def bound(token: str, attribute: str = "provider", **options: Any) -> Bindings:
     return Bindings(**options).with_flags([f"{token}={spec(attribute)}"])
 
 
+@pytest.mark.slow
 def test_fc2_token_runs_through_local_fc_with_async_fc2_invocations(emulator: StackEmulator) -> None:
     with StackDelivery(bound(FC2)) as deliver:
         created = emulator.create("fc", echo_template(FC2), {}, deliver)
@@ -56,6 +57,7 @@ def test_mode_inprocess_skips_the_local_endpoints(emulator: StackEmulator) -> No
 
 
 @pytest.mark.parametrize("token", [QUEUE, TOPIC, QUEUE.replace(":queues/", ":/queues/")], ids=["queue", "topic", "queue-slash"])
+@pytest.mark.slow
 def test_mns_tokens_travel_through_local_mns(emulator: StackEmulator, token: str) -> None:
     bindings = Bindings().with_flags([f"{QUEUE}={spec()}", f"{TOPIC}={spec()}"])
     with StackDelivery(bindings) as deliver:

@@ -25,6 +25,7 @@ def provider_on(backend, store_url_for, monkeypatch):
         provider.close()
 
 
+@pytest.mark.slow
 def test_polling_create_and_duplicates_on_each_backend(provider_on, response_server):
     provider = provider_on()
     calls: list[int] = []

@@ -80,6 +80,7 @@ def test_oss_emulation_ignores_if_none_match(moto_endpoint):
     client.close()
 
 
+@pytest.mark.slow
 def test_log_is_compacted_after_many_transitions(moto_endpoint):
     store = open_store(s3_url(moto_endpoint, "s3", prefix="compact"), env=CREDS, clock=FakeClock())
     store.claim(KEY, "owner-a")

@@ -39,6 +39,7 @@ def polling_provider(providers: Any, polls: int, calls: list) -> Provider:
     return provider
 
 
+@pytest.mark.slow
 def test_in_progress_resumes_through_the_queue_with_one_response(
     local_mns: LocalMNS, make_queue: Any, name: str, response_server: Any, providers: Any, store_url: str,
     start_worker: Any,
@@ -60,6 +61,7 @@ def test_in_progress_resumes_through_the_queue_with_one_response(
     assert len(response_server.captures) == 1
 
 
+@pytest.mark.slow
 def test_continuation_message_carries_only_the_id_with_its_delay(
     local_mns: LocalMNS, make_queue: Any, name: str
 ) -> None:

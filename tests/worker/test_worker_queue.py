@@ -17,7 +17,8 @@ from crhelper.testing import make_event
 from crhelper.transports.mns_worker import Action, disposition, first_extension_delay
 from worker_support import queue_counts, queue_empty, wait_until
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+#: Every test here waits out the worker's 1 s long poll when it stops: slow by construction.
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.slow]
 
 
 def greeting_provider(providers: Any, calls: list | None = None, sleep: float = 0.0) -> Provider:

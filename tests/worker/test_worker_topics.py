@@ -19,7 +19,8 @@ from crhelper.local.mns_server import LocalMNS
 from crhelper.testing import make_event
 from worker_support import queue_empty, wait_until
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+#: Every test here waits out the worker's 1 s long poll when it stops: slow by construction.
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.slow]
 
 
 @pytest.fixture()
