@@ -38,6 +38,7 @@ BUILTIN_COMMANDS: dict[str, str] = {
     "providers": "crhelper.cli.parsers.providers:register",
     "supervisor": "crhelper.local.supervisor_cli:register",
     "router": "handlers.routes.cli:register",
+    "bootgroups": "handlers.bootgroups.cli:register",
 }
 
 #: The providers this distribution declares (pyproject.toml [project.entry-points."crhelper.providers"]).

@@ -11,6 +11,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..invocation import run_in_invocation
 from ..logs import get_logger
 from ..runtime import Outcome
 
@@ -75,8 +76,9 @@ def handle_invocation(provider: "HostedProvider", event: Any, context: object | 
     """`Provider.fc_handler`: each request in the invocation through `provider.process`, the time
     trigger through `provider.recover`, all under the invocation's clock (`started`, monotonic)."""
     invoked = time.monotonic() if started is None else started
-    return answer_invocation(
+    # crhelper.invocation.fc_context() answers `context` for the handlers it runs.
+    return run_in_invocation(context, lambda: answer_invocation(
         event,
         lambda body: provider.process(body, context, started=invoked),
         lambda: provider.recover(limit=RECOVERY_BATCH, context=context, started=invoked),
-    )
+    ))

@@ -401,7 +401,8 @@ def _error(command: str, subject: str, exc: Exception, config: CloudStackConfig,
     return exc
 
 
-def make_backend(env: Mapping[str, str]) -> CloudStackBackend:
-    """What `backend_for` calls: a backend configured from the `CLOUDSTACK_*` variables in `env`
-    (a Failure naming the missing ones otherwise)."""
-    return CloudStackBackend(CloudStackConfig.resolve(None, env))
+def make_backend(env: Mapping[str, str], *, given: Mapping[str, Any] | None = None) -> CloudStackBackend:
+    """What `backend_for` calls: a backend configured from the resource's `CloudStack` settings
+    (`given`), each defaulting to its `CLOUDSTACK_*` variable in `env` (a Failure naming the
+    missing ones otherwise)."""
+    return CloudStackBackend(CloudStackConfig.resolve(given, env))

@@ -76,10 +76,11 @@ class EcsSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, *, region: str | None = None,
-                 on_fc: bool | None = None) -> "EcsSettings":
+                 on_fc: bool | None = None, endpoint: str | None = None) -> "EcsSettings":
         """Region: `region` (the resource's), else CRHELPER_ECS_REGION, ALIBABA_CLOUD_REGION_ID, FC_REGION.
-        Endpoint: CRHELPER_ECS_ENDPOINT (`host:port` or a URL; a bare loopback address means http),
-        else `ecs-vpc.<region>.aliyuncs.com` on Function Compute, `ecs.<region>.aliyuncs.com` elsewhere."""
+        Endpoint: `endpoint` (the resource's), else CRHELPER_ECS_ENDPOINT (`host:port` or a URL; a bare
+        loopback address means http), else `ecs-vpc.<region>.aliyuncs.com` on Function Compute,
+        `ecs.<region>.aliyuncs.com` elsewhere."""
         env = os.environ if env is None else env
         region = region or env.get(ECS_REGION_ENV) or env.get(REGION_ENV) or env.get("FC_REGION") or ""
         if not region:
@@ -87,7 +88,7 @@ class EcsSettings:
                           f"(or {REGION_ENV})")
         if on_fc is None:
             on_fc = bool(env.get("FC_FUNCTION_NAME") or env.get("FC_FUNC_CODE_PATH"))
-        given = (env.get(ENDPOINT_ENV) or "").strip()
+        given = (endpoint or env.get(ENDPOINT_ENV) or "").strip()
         if given:
             endpoint, protocol = _split_endpoint(given)
         else:
@@ -128,12 +129,13 @@ class EcsBackend:
 
     @classmethod
     def from_env(cls, context: object | None = None, env: Mapping[str, str] | None = None, *,
-                 region: str | None = None, known_boots: Mapping[str, float] | None = None) -> "EcsBackend":
+                 region: str | None = None, known_boots: Mapping[str, float] | None = None,
+                 endpoint: str | None = None) -> "EcsBackend":
         """Credentials from the FC context (STS), else the environment; a precise Failure without any."""
         credentials = resolve(context, env)
         if credentials is None:
             raise Failure(f"the ecs backend has no Alibaba Cloud credentials: {missing_hint()}")
-        return cls(EcsSettings.from_env(env, region=region), credentials, known_boots=known_boots)
+        return cls(EcsSettings.from_env(env, region=region, endpoint=endpoint), credentials, known_boots=known_boots)
 
     # ------------------------------------------------------------------ the SDK
     def _sdk(self) -> tuple[Any, Any]:
@@ -351,21 +353,31 @@ class EcsBackend:
             return probes.tcp_probe(host, int(details[PORT]), left)
         return probes.ping(host, left)
 
+    # ------------------------------------------------------------------ for validation
+    def has_guest_agent(self, vm: str) -> bool | None:
+        """Whether GuestAgentLiveness may attach to `vm`: False when DescribeCloudAssistantStatus
+        says "false", None when ECS does not list it (one call per direct member with that rule)."""
+        agent = self._assistant_status(vm)
+        return None if agent is None else agent == "true"
+
+    def _assistant_status(self, vm: str, timeout: float | None = None) -> str | None:
+        """DescribeCloudAssistantStatus's CloudAssistantStatus of `vm` ("true"/"false"), None when absent."""
+        def status(client: Any, models: Any) -> Any:
+            return client.describe_cloud_assistant_status(
+                models.DescribeCloudAssistantStatusRequest(region_id=self.settings.region, instance_id=[vm])).body
+
+        body = self._call("DescribeCloudAssistantStatus", f"instance {vm!r}", status, timeout=timeout)
+        rows = [r for r in _items(body, "instance_cloud_assistant_status_set", "instance_cloud_assistant_status")
+                if r.instance_id == vm]
+        return rows[0].cloud_assistant_status if rows else None
+
     def _agent_liveness(self, vm: str, timeout: float) -> CheckResult:
         subject = f"instance {vm!r}"
         if timeout <= 0:
             return CheckResult(ERROR, f"Cloud Assistant check of {subject} not tried: no time left in the attempt's budget")
         deadline = self._clock() + timeout
         region = self.settings.region
-
-        def status(client: Any, models: Any) -> Any:
-            return client.describe_cloud_assistant_status(
-                models.DescribeCloudAssistantStatusRequest(region_id=region, instance_id=[vm])).body
-
-        body = self._call("DescribeCloudAssistantStatus", subject, status, timeout=timeout)
-        rows = [r for r in _items(body, "instance_cloud_assistant_status_set", "instance_cloud_assistant_status")
-                if r.instance_id == vm]
-        agent = rows[0].cloud_assistant_status if rows else None
+        agent = self._assistant_status(vm, timeout)
         if agent != "true":
             return CheckResult(ERROR, f"the Cloud Assistant agent of {subject} is not running "
                                       f"(DescribeCloudAssistantStatus: CloudAssistantStatus {agent or 'absent'!r})")
@@ -425,15 +437,18 @@ class EcsBackend:
 
 
 def make_backend(env: Mapping[str, str] | None = None, *, context: object | None = None, region: str | None = None,
-                 known_boots: Mapping[str, float] | None = None) -> EcsBackend:
+                 known_boots: Mapping[str, float] | None = None, given: Mapping[str, str] | None = None) -> EcsBackend:
     """What `backend_for.make_backend` calls: the SDK must be installed (checked without importing
-    it), credentials and region as `EcsBackend.from_env` finds them."""
+    it), credentials and region as `EcsBackend.from_env` finds them; `given` is the resource's
+    `Ecs: {Endpoint, Region}` (its Region wins over `region`, the request's)."""
     import importlib.util
 
     if importlib.util.find_spec("alibabacloud_ecs20140526") is None:
         raise Failure("Backend: the ecs backend needs alibabacloud-ecs20140526, which is not installed "
                       "(pip install 'alibabacloud-ecs20140526>=7.11')")
-    return EcsBackend.from_env(context, env, region=region, known_boots=known_boots)
+    given = given or {}
+    return EcsBackend.from_env(context, env, region=given.get("Region") or region, known_boots=known_boots,
+                               endpoint=given.get("Endpoint"))
 
 
 # --- pure helpers ----------------------------------------------------------------------------------

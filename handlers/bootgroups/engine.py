@@ -13,6 +13,8 @@ that is not Running to start (at most `check_concurrency` calls at once) and anc
 Running VM to its last power change; then it polls: each round runs §4.2 concurrently for every VM
 neither ready nor given up, then the Instance Group step, then waits one poll interval; past
 `initialDelay + (N+1)·timeout + N·poll` the start halts. A halt stops nothing (no rollback).
+A VM whose start was asked and that still (or again) reads Stopped once `start_grace` has passed
+failed to start (its job failed or was refused), as does one whose state cannot be read then.
 Stop (§4.4): tiers in descending order through `crhelper.tiers` (CONTINUE policy: a failure is
 reported, the remaining tiers are still stopped), skipping Stopped VMs, passing `forced`.
 Reboot (§4.5): the stop, then the start.
@@ -50,6 +52,9 @@ PENDING, WAITING, TIER_READY, HALTED, SKIPPED = "pending", "waiting", "ready", "
 #: A round due this close (s) runs now rather than after another pause.
 TOLERANCE = 1e-6
 NO_ROLLBACK = "instances already started keep running (no rollback)"
+#: Seconds (at least) a VM may read Stopped after its start was asked before the start counts as
+#: failed (engine.start_grace; a backend may give its own `start_grace`).
+START_GRACE_SECONDS = 5.0
 
 
 @dataclasses.dataclass
@@ -308,6 +313,16 @@ def _start_one(run: BootRun, tier: TierRun, vm_run: VmRun, backend: BootBackend,
     return [TimelineEntry(at, ev.VM_START, vm, f"start requested (was {state.state}, now {after.state})", tier.order)], None
 
 
+def start_grace(run: BootRun, backend: BootBackend) -> float:
+    """How long a VM whose start was asked may still read Stopped before the start counts as failed:
+    the backend's `start_grace` (seconds) when it has one, else max(2 polls, START_GRACE_SECONDS),
+    since a backend may take a moment to move Stopped -> Starting (CloudStack queues the job)."""
+    given = getattr(backend, "start_grace", None)
+    if isinstance(given, (int, float)) and not isinstance(given, bool) and given >= 0:
+        return float(given)
+    return max(2 * run.poll_interval, START_GRACE_SECONDS)
+
+
 @dataclasses.dataclass
 class _Checked:
     entries: list[TimelineEntry] = dataclasses.field(default_factory=list)
@@ -353,10 +368,22 @@ def _check_one(run: BootRun, tier: TierRun, vm_run: VmRun, backend: BootBackend,
     try:
         at = now()
         if vm_run.booting:
-            state = backend.vm_state(vm)
+            try:
+                state = backend.vm_state(vm)
+            except Exception as exc:  # e.g. the start job failed after the step that submitted it
+                out.halt = f"instance {vm!r} of {member.describe()} failed to start: {exception_reason(exc)}"
+                return out
             if state.state in (FAILED, MISSING):
                 out.halt = f"instance {vm!r} of {member.describe()} failed to start: it reads {state.state}"
                 return out
+            if state.state == STOPPED:
+                asked = vm_run.start_requested_at if vm_run.start_requested_at is not None else at
+                grace = start_grace(run, backend)
+                if at - asked >= grace - TOLERANCE:
+                    out.halt = (f"instance {vm!r} of {member.describe()} failed to start: it reads Stopped "
+                                f"{at - asked:.1f} s after its start was asked (grace {grace:g} s: the start was "
+                                "refused or its job failed)")
+                return out  # within the grace: the backend may not have moved it to Starting yet
             if not state.running:
                 return out  # still booting: no attempt counts
             since = state.last_power_change

@@ -18,11 +18,13 @@ manifest = ProviderManifest(
         EnvVar("CRHELPER_BOOTGROUP_POLL_INTERVAL", "seconds between readiness polls (global)", "10"),
         EnvVar("CRHELPER_BOOTGROUP_CHECK_CONCURRENCY", "parallel starts, stops and checks in a tier (global)", "10"),
         EnvVar("CRHELPER_BOOTGROUP_MAX_MEMBERS", "members per boot group (an InstanceGroup counts as one)", "10"),
-        EnvVar("CRHELPER_BOOTGROUP_STORE", "the provider's own state: sqlite:///<path>",
+        EnvVar("CRHELPER_BOOTGROUP_STORE", "the provider's own state: sqlite:///<path> or "
+               "s3://<bucket>/<prefix>?endpoint=…&region=… (OSS when deployed)",
                "sqlite:///$CRHELPER_HOME/bootgroups/state.sqlite"),
         EnvVar("CRHELPER_BOOTGROUP_DEADLINE", "Custom::InstanceBootGroup's deadline (s); a plan whose worst case exceeds it "
                "is refused at Create", "43200"),
         EnvVar("CRHELPER_BOOTGROUP_STEP_SECONDS", "seconds one invocation advances a start before it continues in the next", "60"),
     ),
     state_dir="bootgroups",
+    commands=("bootgroups",),
 )

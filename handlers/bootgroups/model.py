@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 BOOT_GROUP_TYPE = "Custom::InstanceBootGroup"
 LOCAL_INSTANCE_TYPE = "Custom::LocalInstance"
@@ -95,6 +95,34 @@ class SettingsProps(_Props):
     RebootOnRetry: Optional[bool] = None
 
 
+class CloudStackProps(_Props):
+    """Where the cloudstack backend calls, each key defaulting to the variable `cs` reads
+    (CLOUDSTACK_ENDPOINT, _KEY, _SECRET, _METHOD, _TIMEOUT). Secret is masked in every Reason and
+    log line; prefer the environment (or a ROS NoEcho parameter) to a literal in the template."""
+
+    Endpoint: Optional[str] = None
+    Key: Optional[str] = None
+    Secret: Optional[SecretStr] = None
+    Method: Optional[str] = None
+    Timeout: Optional[int] = None
+
+    def given(self) -> dict[str, str]:
+        """The keys set here, as `CloudStackConfig.resolve` takes them (the Secret in plain text)."""
+        values = {"Endpoint": self.Endpoint, "Key": self.Key, "Method": self.Method,
+                  "Secret": self.Secret.get_secret_value() if self.Secret is not None else None,
+                  "Timeout": str(self.Timeout) if self.Timeout is not None else None}
+        return {name: value for name, value in values.items() if value not in (None, "")}
+
+
+class EcsProps(_Props):
+    """Where the ecs backend calls: `Endpoint` (host:port or an http(s) URL; default the region's
+    ECS endpoint, or CRHELPER_ECS_ENDPOINT) and `Region` (default the request's RegionId). No
+    credentials here: they come from the function's context (STS) or the environment."""
+
+    Endpoint: Optional[str] = None
+    Region: Optional[str] = None
+
+
 class InstanceBootGroupProps(_Props):
     """`Custom::InstanceBootGroup` ResourceProperties (issue 12)."""
 
@@ -109,6 +137,10 @@ class InstanceBootGroupProps(_Props):
     RebootToken: Optional[str] = None
     Forced: bool = False
     StopOnDelete: bool = False
+    #: Connection of the cloudstack backend (else the CLOUDSTACK_* variables).
+    CloudStack: Optional[CloudStackProps] = None
+    #: Endpoint and region of the ecs backend (else the request's region and the defaults).
+    Ecs: Optional[EcsProps] = None
 
 
 class LocalInstanceProps(_Props):

@@ -22,16 +22,17 @@ import json
 import os
 import re
 import threading
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from crhelper import Failure, Provider, Request, Result, get_logger, operations
 from crhelper.config import env_float
+from crhelper.invocation import fc_context
 from crhelper.local.supervisor import NOT_FOUND, SupervisorClient, SupervisorError, resource_owner
 from crhelper.paths import state_dir
 from crhelper.registry import MAX_DEADLINE
 
 from . import engine, events as ev
-from .backend_for import BackendUnavailable, make_backend
+from .backend_for import BackendUnavailable, Wiring, make_backend, owner_of
 from .backend_local import agent_address
 from .backends import BootBackend
 from .model import (
@@ -41,7 +42,7 @@ from .model import (
 from .readiness import member_status, reset_after_outside_restart, restarted_outside
 from .settings import GlobalSettings, effective, worst_case
 from .state import (
-    ACTIVE, STATE_DIR, GroupRecord, GroupStore, InstanceRecord, StateConflict, describe_item, open_store,
+    ACTIVE, STATE_DIR, GroupRecord, GroupStore, InstanceRecord, StateConflict, describe_item, open_group_store,
 )
 from .validation import (
     Context, Problem, check_group, check_update, group_item, instance_item, problems_error, validate_local_instance,
@@ -79,7 +80,7 @@ def group_store(env: Mapping[str, str] | None = None) -> GroupStore:
     with _stores_lock:
         if key not in _stores:
             try:
-                _stores[key] = open_store(key[0] or None, env)
+                _stores[key] = open_group_store(key[0] or None, env)
             except ValueError as exc:
                 raise Failure(str(exc)) from None
         return _stores[key]
@@ -99,11 +100,47 @@ def _derived_id(prefix: str, request: Request, label: str = "") -> str:
     return f"{prefix}-{slug}-{digest[:10]}"
 
 
-def _backend(record_backend: str, store: GroupStore) -> BootBackend:
+def _backend(name: str, store: GroupStore, wiring: Wiring | None = None) -> BootBackend:
     try:
-        return make_backend(record_backend, store, os.environ)
+        return make_backend(name, store, os.environ, wiring)
     except BackendUnavailable as exc:
         raise Failure(str(exc)) from None
+
+
+def _connection(name: str, props: Any) -> dict[str, str] | None:
+    """The template's `CloudStack` / `Ecs` settings for backend `name` (Delete's properties may
+    come as sent: they are read leniently there)."""
+    if not isinstance(props, InstanceBootGroupProps):
+        try:
+            props = InstanceBootGroupProps.model_validate(props)
+        except Exception:  # noqa: BLE001 - a Delete with unreadable properties still deletes (env settings)
+            return None
+    if name == "cloudstack" and props.CloudStack is not None:
+        return props.CloudStack.given()
+    if name == "ecs" and props.Ecs is not None:
+        return {key: value for key, value in (("Endpoint", props.Ecs.Endpoint), ("Region", props.Ecs.Region)) if value}
+    return None
+
+
+def _wiring(name: str, props: Any, request: Request, record: GroupRecord | None = None) -> Wiring:
+    """What the group's backend is built from in this step: the invocation's FC context (STS
+    credentials; else the ALIBABA_CLOUD_* environment), the request's region, the boots the
+    group recorded and the template's connection settings."""
+    return Wiring(context=fc_context(), region=request.region_id or None,
+                  known_boots=dict(record.power_changes) if record is not None else None,
+                  connection=_connection(name, props))
+
+
+def _group_backend(record: GroupRecord, props: Any, request: Request, store: GroupStore) -> BootBackend:
+    return _backend(record.backend, store, _wiring(record.backend, props, request, record))
+
+
+def _keep_power_changes(record: GroupRecord, backend: BootBackend) -> None:
+    """The power changes a cloud backend observed this step (ECS: statuses it saw change), kept
+    with the group so the next step's backend tells the group's own boots from outside restarts."""
+    seen = getattr(backend, "power_changes", None)
+    if isinstance(seen, Mapping):
+        record.power_changes.update(seen)
 
 
 def _log_events(group: GroupRecord, events: list[ev.Event]) -> None:
@@ -145,11 +182,15 @@ def _claimed_items(members: list[MemberSpec]) -> dict[str, str]:
     return items
 
 
-def _check(props: InstanceBootGroupProps, store: GroupStore, gs: GlobalSettings, besides: str = "") -> Any:
+def _check(props: InstanceBootGroupProps, store: GroupStore, gs: GlobalSettings, besides: str = "",
+           cloud: Callable[[], BootBackend] | None = None) -> Any:
     """Every rule of the spec on `props`, with the other groups' claims and names and what the local
-    instances are; raises PropertiesError listing every problem."""
+    instances are; raises PropertiesError listing every problem. `cloud` builds the group's cloud
+    backend, asked (only for a GuestAgentLiveness rule on an instance) whether that instance has a
+    guest agent: CloudStack's hypervisor is KVM, ECS's Cloud Assistant status is not "false"."""
     backend = (props.Backend or gs.backend).strip().lower()
     instances: dict[str, InstanceRecord | None] = {}
+    agents: dict[str, bool | None] = {}
 
     def local_instance(vm: str) -> InstanceRecord | None:
         if vm not in instances:
@@ -157,10 +198,19 @@ def _check(props: InstanceBootGroupProps, store: GroupStore, gs: GlobalSettings,
         return instances[vm]
 
     def has_guest_agent(vm: str) -> bool | None:
-        if backend != "local":
-            return None
-        found = local_instance(vm)
-        return None if found is None else found.guest_agent
+        if backend == "local":
+            found = local_instance(vm)
+            return None if found is None else found.guest_agent
+        if cloud is None or vm in agents:
+            return agents.get(vm)
+        try:
+            probe = getattr(cloud(), "has_guest_agent", None)
+            agents[vm] = probe(vm) if callable(probe) else None
+        except Exception as exc:  # noqa: BLE001 - not known here; the start's check reports the instance
+            log.warning("could not tell whether an instance has a guest agent",
+                        extra={"fields": {"instance": vm, "backend": backend, "error": str(exc)}})
+            agents[vm] = None
+        return agents[vm]
 
     context = Context(max_members=gs.max_members, default_backend=gs.backend,
                       claims=store.claims(_candidate_items(props), besides=besides),
@@ -190,7 +240,7 @@ def _conflict(exc: StateConflict) -> Failure:
 
 # --- runs ----------------------------------------------------------------------------------------
 
-def _begin_run(record: GroupRecord, operation: str, run_key: str, backend: BootBackend, gs: GlobalSettings,
+def begin_run(record: GroupRecord, operation: str, run_key: str, backend: BootBackend, gs: GlobalSettings,
                now: float) -> None:
     """Put a new run on the record (stored by the caller with whatever else changed). Instances
     restarted outside the group since its last run read Unknown first (§2.3)."""
@@ -209,7 +259,7 @@ def _begin_run(record: GroupRecord, operation: str, run_key: str, backend: BootB
     record.run, record.run_id = engine.dump_run(run), run_key
 
 
-def _converge(record: GroupRecord, run_key: str, store: GroupStore, backend: BootBackend,
+def converge(record: GroupRecord, run_key: str, store: GroupStore, backend: BootBackend,
               budget: operations.Budget) -> operations.Continue[GroupStep] | engine.BootRun:
     """Advance the record's run (checkpointed after every round); the finished run, or Continue."""
     if record.run_id != run_key or record.run is None:
@@ -224,6 +274,7 @@ def _converge(record: GroupRecord, run_key: str, store: GroupStore, backend: Boo
 
         outcome = engine.advance(run, backend, budget, checkpoint=checkpoint)
         record.run = engine.dump_run(run)
+        _keep_power_changes(record, backend)
         store.save_group(record)
         if not outcome.finished:
             return operations.Continue(delay=outcome.delay)
@@ -315,15 +366,29 @@ def build_provider(provider: Provider | None = None) -> Provider:
             log.warning("resuming a boot-group start another process left unfinished",
                         extra={"fields": {"group": record.name, "GroupId": record.group_id, "resumed": record.resumed}})
             store.save_group(record)
+        backend: BootBackend | None = None
         if record is None:
-            checked = _check(props, store, gs)
+            chosen = (props.Backend or gs.backend).strip().lower()
+            built: list[BootBackend] = []
+
+            def cloud() -> BootBackend:
+                if not built:
+                    built.append(_backend(chosen, store, _wiring(chosen, props, request)))
+                return built[0]
+
+            # Names and claims are per owner (the home locally, the account on a cloud): known before the checks.
+            owner = owner_of(chosen, os.environ, account=request.resource_owner_id, context=fc_context(),
+                             backend=cloud() if chosen == "cloudstack" else None)
+            store = store.for_owner(owner)
+            checked = _check(props, store, gs, cloud=cloud)
             record = GroupRecord(group_id=state.group_id, name=props.Name, stack_id=request.stack_id,
                                  logical_id=request.logical_resource_id, request_id=request.request_id,
                                  backend=checked.backend, description=props.Description, members=checked.members,
                                  settings=checked.settings, desired_state=checked.desired_state,
                                  reboot_token=props.RebootToken, forced=props.Forced, stop_on_delete=props.StopOnDelete)
-            backend = _backend(record.backend, store)
-            _begin_run(record, _operation_for(record.desired_state, False), run_key, backend, gs, budget.now())
+            backend = built[0] if built else _group_backend(record, props, request, store)
+            record.owner = owner
+            begin_run(record, _operation_for(record.desired_state, False), run_key, backend, gs, budget.now())
             try:
                 store.create_group(record, _claimed_items(record.members))
             except StateConflict as exc:
@@ -331,8 +396,8 @@ def build_provider(provider: Provider | None = None) -> Provider:
             created = [ev.Event(ev.CREATE, budget.now(), f"boot group {record.name!r} on the {record.backend} backend",
                                 subject=record.name)]
             _record_events(store, record, created + ev.plan_changes([], record.members, budget.now()))
-        backend = _backend(record.backend, store)
-        outcome = _converge(record, run_key, store, backend, budget)
+        backend = backend or _group_backend(record, props, request, store)
+        outcome = converge(record, run_key, store, backend, budget)
         if isinstance(outcome, operations.Continue):
             return outcome
         if not outcome.ok:
@@ -353,8 +418,9 @@ def build_provider(provider: Provider | None = None) -> Provider:
             raise Failure(f"boot group {group_id!r} is not in the provider's state (deleted outside the stack?); "
                           "delete the resource and create it again")
         run_key = f"{request.request_id}:update"
+        backend = _group_backend(record, props, request, store)
         if record.run_id != run_key:
-            checked = _check(props, store, gs, besides=group_id)
+            checked = _check(props, store.for_owner(record.owner), gs, besides=group_id, cloud=lambda: backend)
             if checked.backend != record.backend:
                 raise problems_error([Problem("Backend", f"a boot group cannot move from the {record.backend} backend "
                                                          f"to {checked.backend}; create another boot group instead")])
@@ -368,8 +434,7 @@ def build_provider(provider: Provider | None = None) -> Provider:
             record.name, record.description, record.members = props.Name, props.Description, checked.members
             record.settings, record.desired_state = checked.settings, checked.desired_state
             record.reboot_token, record.forced, record.stop_on_delete = props.RebootToken, props.Forced, props.StopOnDelete
-            backend = _backend(record.backend, store)
-            _begin_run(record, _operation_for(record.desired_state, reboot), run_key, backend, gs, now)
+            begin_run(record, _operation_for(record.desired_state, reboot), run_key, backend, gs, now)
             try:
                 store.reclaim(record, _claimed_items(record.members))
             except StateConflict as exc:
@@ -378,8 +443,7 @@ def build_provider(provider: Provider | None = None) -> Provider:
                 happened.insert(0, ev.Event(ev.UPDATE, now, f"boot group {record.name!r}: DesiredState "
                                                             f"{record.desired_state}", subject=record.name))
             _record_events(store, record, happened)
-        backend = _backend(record.backend, store)
-        outcome = _converge(record, run_key, store, backend, budget)
+        outcome = converge(record, run_key, store, backend, budget)
         if isinstance(outcome, operations.Continue):
             return outcome
         if not outcome.ok:
@@ -395,11 +459,11 @@ def build_provider(provider: Provider | None = None) -> Provider:
             return Result()
         if record.stop_on_delete:
             run_key = f"{request.request_id}:delete"
-            backend = _backend(record.backend, store)
+            backend = _group_backend(record, props, request, store)
             if record.run_id != run_key:
-                _begin_run(record, engine.STOP, run_key, backend, global_settings(), budget.now())
+                begin_run(record, engine.STOP, run_key, backend, global_settings(), budget.now())
                 store.save_group(record)
-            outcome = _converge(record, run_key, store, backend, budget)
+            outcome = converge(record, run_key, store, backend, budget)
             if isinstance(outcome, operations.Continue):
                 return outcome
             if not outcome.ok:

@@ -6,155 +6,46 @@ instance group across stacks, and the local instances' definitions.
 `GroupStore` is what the provider and the CLI need; `SqliteGroupStore` keeps it in
 `$CRHELPER_HOME/bootgroups/state.sqlite` (WAL, a busy timeout, every check-then-write in one
 `BEGIN IMMEDIATE` transaction, so several processes of one home share it safely);
-an OSS implementation (conditional writes under a prefix) is to follow for deployed providers.
+`state_s3.S3GroupStore` keeps it under an OSS prefix for deployed providers (create-only writes).
+`open_group_store` picks one from `CRHELPER_BOOTGROUP_STORE`.
+
+Names and claims are per owner (issue 12): the `$CRHELPER_HOME` for the local backend
+(`local_owner`), the account of the credentials for ECS and CloudStack (`backend_for.owner_of`).
+A group's writes (`create_group`, `reclaim`) count against `record.owner`, else the store's
+`owner`; the reads `claims`, `names` and `find_group` answer for the store's owner
+(`store.for_owner(other)` is the same state seen by another); groups, events and instances are
+found by id whoever owns them.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import sqlite3
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Protocol, Sequence
+from typing import Iterator, Mapping, Sequence
 
-from crhelper.operations.codec import dump, load
+from crhelper.operations.codec import dump
 from crhelper.paths import state_dir
 
 from .events import Event
-from .model import MemberSpec
-from .readiness import CacheEntry
-from .settings import GroupSettings
+from .records import (  # re-exported: the provider, the CLI and tests import them from here
+    ACTIVE, CREATING, FAILED_CREATE, MAX_EVENTS, STATE_DIR, STORE_ENV, GroupRecord, GroupStore, InstanceRecord,
+    StateConflict, describe_item, group_from_json, instance_from_json, local_owner,
+)
 
-STATE_DIR = "bootgroups"
 DB_NAME = "state.sqlite"
 #: Seconds a writer waits for another process's transaction before giving up.
 BUSY_SECONDS = 30.0
-#: Events kept per group (the oldest go first).
-MAX_EVENTS = 1000
 
-# Group statuses.
-CREATING, ACTIVE, FAILED_CREATE = "Creating", "Active", "CreateFailed"
-
-
-class StateConflict(Exception):
-    """A write refused by a rule of the state: a Name taken, or an item another group holds.
-    `path` is the property the caller should name (e.g. `Members[1].Instance`)."""
-
-    def __init__(self, message: str, path: str = "") -> None:
-        super().__init__(message)
-        self.path = path
-
-
-@dataclasses.dataclass
-class GroupRecord:
-    """One boot group as stored. `run` is the engine's BootRun as JSON (dump_run) while an
-    operation runs and after it (the last one), `run_id` names the request step that owns it."""
-
-    group_id: str
-    name: str
-    owner: str = "local"
-    stack_id: str = ""
-    logical_id: str = ""
-    request_id: str = ""
-    backend: str = "local"
-    description: str = ""
-    members: list[MemberSpec] = dataclasses.field(default_factory=list)
-    settings: GroupSettings = dataclasses.field(default_factory=GroupSettings)
-    desired_state: str = "Running"
-    reboot_token: str | None = None
-    forced: bool = False
-    stop_on_delete: bool = False
-    status: str = CREATING
-    cache: dict[str, CacheEntry] = dataclasses.field(default_factory=dict)
-    power_changes: dict[str, float] = dataclasses.field(default_factory=dict)
-    run: Any = None
-    run_id: str = ""
-    #: What the last finished run came to: {"Operation", "Ok", "Reason", "Tiers", "Readiness", "Ended"}.
-    last_result: dict[str, Any] = dataclasses.field(default_factory=dict)
-    #: Times a step took over a run another process had left unfinished (a crash, a redelivery).
-    resumed: int = 0
-    created: float = 0.0
-    updated: float = 0.0
-
-
-@dataclasses.dataclass
-class InstanceRecord:
-    """A `Custom::LocalInstance`: what to run and where it listens. `owner` labels its processes
-    in the supervisor (`<stack id>/<logical id>`, so `crhelper stack delete` stops leftovers)."""
-
-    instance_id: str
-    #: The program and its arguments, or (with `shell`) one string run by /bin/sh -c.
-    argv: list[str]
-    shell: bool = False
-    owner: str = ""
-    cwd: str = ""
-    environment: dict[str, str] = dataclasses.field(default_factory=dict)
-    host: str = "127.0.0.1"
-    ports: list[int] = dataclasses.field(default_factory=list)
-    guest_agent: bool = False
-    #: The abstract Unix socket the guest agent answers on ("" without an agent).
-    agent_address: str = ""
-    stack_id: str = ""
-    logical_id: str = ""
-    created: float = 0.0
-
-
-def group_from_json(raw: Any) -> GroupRecord:
-    loaded: GroupRecord = load(GroupRecord, raw)
-    return loaded
-
-
-def instance_from_json(raw: Any) -> InstanceRecord:
-    loaded: InstanceRecord = load(InstanceRecord, raw)
-    return loaded
-
-
-class GroupStore(Protocol):
-    """The provider's state for one owner (locally: one `$CRHELPER_HOME`)."""
-
-    def create_group(self, record: GroupRecord, items: Mapping[str, str]) -> None:
-        """Store a new group and claim `items` (membership key -> the property path naming it) in
-        one atomic write; StateConflict when the Name is taken or an item belongs to another group."""
-        ...
-
-    def get_group(self, group_id: str) -> GroupRecord | None: ...
-
-    def find_group(self, name: str) -> GroupRecord | None: ...
-
-    def list_groups(self) -> list[GroupRecord]: ...
-
-    def save_group(self, record: GroupRecord) -> None:
-        """Replace the stored group (its claims stay as they are)."""
-        ...
-
-    def reclaim(self, record: GroupRecord, items: Mapping[str, str]) -> None:
-        """Save `record` and make `items` its claims (the others it held are released), atomically;
-        StateConflict when another group holds one or has taken the (new) Name."""
-        ...
-
-    def remove_group(self, group_id: str) -> None:
-        """Forget the group and release its claims (its events stay readable by group id)."""
-        ...
-
-    def claims(self, items: Sequence[str], *, besides: str = "") -> dict[str, str]:
-        """Membership key -> the name of the group holding it, for groups other than `besides`."""
-        ...
-
-    def names(self, *, besides: str = "") -> list[str]: ...
-
-    def append_events(self, group_id: str, events: Sequence[Event]) -> None: ...
-
-    def events(self, group_id: str, limit: int = MAX_EVENTS) -> list[Event]: ...
-
-    def put_instance(self, record: InstanceRecord) -> None: ...
-
-    def get_instance(self, instance_id: str) -> InstanceRecord | None: ...
-
-    def delete_instance(self, instance_id: str) -> None: ...
-
-    def list_instances(self) -> list[InstanceRecord]: ...
+__all__ = [
+    "ACTIVE", "BUSY_SECONDS", "CREATING", "DB_NAME", "FAILED_CREATE", "MAX_EVENTS", "STATE_DIR", "STORE_ENV",
+    "GroupRecord", "GroupStore", "InstanceRecord", "SqliteGroupStore", "StateConflict", "default_path",
+    "describe_item", "group_from_json", "instance_from_json", "local_owner", "open_group_store",
+]
 
 
 def default_path(env: Mapping[str, str] | None = None) -> Path:
@@ -191,13 +82,18 @@ CREATE TABLE IF NOT EXISTS instances (
 class SqliteGroupStore:
     """GroupStore in one SQLite file; a connection per call, so any thread or process may use it."""
 
-    def __init__(self, path: str | Path | None = None, *, owner: str = "local") -> None:
+    def __init__(self, path: str | Path | None = None, *, owner: str | None = None) -> None:
         self.path = Path(path) if path is not None else default_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.owner = owner
+        self.owner = owner or local_owner()
         with self._connect() as conn:
             _wal(conn)
             conn.executescript(SCHEMA)
+
+    def for_owner(self, owner: str) -> "SqliteGroupStore":
+        view = copy.copy(self)
+        view.owner = owner
+        return view
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=BUSY_SECONDS, isolation_level=None)
@@ -229,51 +125,55 @@ class SqliteGroupStore:
     # --- groups --------------------------------------------------------------------------------
     def _check_name(self, conn: sqlite3.Connection, record: GroupRecord) -> None:
         row = conn.execute("SELECT group_id FROM groups WHERE owner = ? AND name = ? AND group_id != ?",
-                           (self.owner, record.name, record.group_id)).fetchone()
+                           (record.owner, record.name, record.group_id)).fetchone()
         if row is not None:
             raise StateConflict(f"another boot group of this owner is already named {record.name!r} "
                                 f"({row[0]}; a Name is unique per owner)", "Name")
 
-    def _claim(self, conn: sqlite3.Connection, group_id: str, items: Mapping[str, str]) -> None:
+    def _claim(self, conn: sqlite3.Connection, owner: str, group_id: str, items: Mapping[str, str]) -> None:
         for item, path in items.items():
             row = conn.execute("SELECT c.group_id, g.name FROM claims c LEFT JOIN groups g ON g.group_id = c.group_id "
-                               "WHERE c.owner = ? AND c.item = ?", (self.owner, item)).fetchone()
+                               "WHERE c.owner = ? AND c.item = ?", (owner, item)).fetchone()
             if row is not None and row[0] != group_id:
                 raise StateConflict(f"{describe_item(item)} is already a member of boot group {row[1] or row[0]!r} "
                                     "(one boot group per instance or instance group)", path)
-        conn.execute("DELETE FROM claims WHERE owner = ? AND group_id = ?", (self.owner, group_id))
+        conn.execute("DELETE FROM claims WHERE group_id = ?", (group_id,))
         conn.executemany("INSERT INTO claims (owner, item, group_id) VALUES (?, ?, ?)",
-                         [(self.owner, item, group_id) for item in items])
+                         [(owner, item, group_id) for item in items])
 
     def _write(self, conn: sqlite3.Connection, record: GroupRecord) -> None:
-        record.owner = self.owner
+        record.owner = record.owner or self.owner
         record.updated = time.time()
         conn.execute("INSERT INTO groups (group_id, owner, name, doc) VALUES (?, ?, ?, ?) "
                      "ON CONFLICT (group_id) DO UPDATE SET name = excluded.name, doc = excluded.doc",
-                     (record.group_id, self.owner, record.name, json.dumps(dump(record))))
+                     (record.group_id, record.owner, record.name, json.dumps(dump(record))))
 
     def create_group(self, record: GroupRecord, items: Mapping[str, str]) -> None:
         with self._tx() as conn:
             if conn.execute("SELECT 1 FROM groups WHERE group_id = ?", (record.group_id,)).fetchone():
                 raise StateConflict(f"boot group {record.group_id} exists already")
+            record.owner = record.owner or self.owner
             self._check_name(conn, record)
-            self._claim(conn, record.group_id, items)
+            self._claim(conn, record.owner, record.group_id, items)
             record.created = record.created or time.time()
             self._write(conn, record)
 
     def get_group(self, group_id: str) -> GroupRecord | None:
         with self._read() as conn:
-            row = conn.execute("SELECT doc FROM groups WHERE group_id = ? AND owner = ?", (group_id, self.owner)).fetchone()
+            row = conn.execute("SELECT doc FROM groups WHERE group_id = ?", (group_id,)).fetchone()
         return group_from_json(json.loads(row[0])) if row else None
 
     def find_group(self, name: str) -> GroupRecord | None:
         with self._read() as conn:
             row = conn.execute("SELECT doc FROM groups WHERE name = ? AND owner = ?", (name, self.owner)).fetchone()
-        return group_from_json(json.loads(row[0])) if row else None
+            others = conn.execute("SELECT doc FROM groups WHERE name = ? LIMIT 2", (name,)).fetchall() if row is None else []
+        if row is not None:
+            return group_from_json(json.loads(row[0]))
+        return group_from_json(json.loads(others[0][0])) if len(others) == 1 else None
 
     def list_groups(self) -> list[GroupRecord]:
         with self._read() as conn:
-            rows = conn.execute("SELECT doc FROM groups WHERE owner = ? ORDER BY name", (self.owner,)).fetchall()
+            rows = conn.execute("SELECT doc FROM groups ORDER BY name, group_id").fetchall()
         return [group_from_json(json.loads(row[0])) for row in rows]
 
     def save_group(self, record: GroupRecord) -> None:
@@ -282,14 +182,15 @@ class SqliteGroupStore:
 
     def reclaim(self, record: GroupRecord, items: Mapping[str, str]) -> None:
         with self._tx() as conn:
+            record.owner = record.owner or self.owner
             self._check_name(conn, record)
-            self._claim(conn, record.group_id, items)
+            self._claim(conn, record.owner, record.group_id, items)
             self._write(conn, record)
 
     def remove_group(self, group_id: str) -> None:
         with self._tx() as conn:
-            conn.execute("DELETE FROM claims WHERE owner = ? AND group_id = ?", (self.owner, group_id))
-            conn.execute("DELETE FROM groups WHERE owner = ? AND group_id = ?", (self.owner, group_id))
+            conn.execute("DELETE FROM claims WHERE group_id = ?", (group_id,))
+            conn.execute("DELETE FROM groups WHERE group_id = ?", (group_id,))
 
     def claims(self, items: Sequence[str], *, besides: str = "") -> dict[str, str]:
         found: dict[str, str] = {}
@@ -358,16 +259,17 @@ def _wal(conn: sqlite3.Connection, wait: float = BUSY_SECONDS) -> None:
             time.sleep(0.05)
 
 
-def describe_item(item: str) -> str:
-    """`instance:i-1` -> `instance 'i-1'`; `group:web` -> `instance group 'web'`."""
-    kind, _, key = item.partition(":")
-    return f"instance group {key!r}" if kind == "group" else f"instance {key!r}"
-
-
-def open_store(url: str | None = None, env: Mapping[str, str] | None = None) -> GroupStore:
-    """The store `url` names: None/"" (the default file) or `sqlite:///path`."""
+def open_group_store(url: str | None = None, env: Mapping[str, str] | None = None) -> GroupStore:
+    """The store `url` (`CRHELPER_BOOTGROUP_STORE`) names: None/"" (the file under the home),
+    `sqlite:///<absolute path>`, or `s3://<bucket>/<prefix>?endpoint=…&region=…` (the OSS store,
+    parsed like CRHELPER_STORE). ValueError names the setting and the rule, never the query."""
     if not url:
-        return SqliteGroupStore(default_path(env))
+        return SqliteGroupStore(default_path(env), owner=local_owner(env))
     if url.startswith("sqlite:///"):
-        return SqliteGroupStore(url[len("sqlite://"):])
-    raise ValueError(f"CRHELPER_BOOTGROUP_STORE: {url!r} is not sqlite:///<absolute path> (the OSS store is not built yet)")
+        return SqliteGroupStore(url[len("sqlite://"):], owner=local_owner(env))
+    if url.startswith("s3://"):
+        from .state_s3 import open_s3_group_store  # boto3 loads only for this store
+
+        return open_s3_group_store(url, env, owner=local_owner(env))
+    shown = url if "?" not in url else url.split("?", 1)[0] + "?…"
+    raise ValueError(f"{STORE_ENV}: {shown!r} is not sqlite:///<absolute path> or s3://<bucket>/<prefix>?endpoint=…")

@@ -118,6 +118,7 @@ def check_group(props: InstanceBootGroupProps, context: Context | None = None) -
     backend = (props.Backend or context.default_backend).strip().lower()
     if backend not in BACKENDS:
         add("Backend", f"must be one of {', '.join(BACKENDS)}")
+    _check_connection(props, backend, add)
     desired = next((s for s in DESIRED_STATES if s.lower() == props.DesiredState.strip().lower()), None)
     if desired is None:
         add("DesiredState", f"must be {' or '.join(DESIRED_STATES)}")
@@ -133,6 +134,28 @@ def check_group(props: InstanceBootGroupProps, context: Context | None = None) -
         if spec is not None:
             members.append(spec)
     return CheckedGroup(problems, members, effective(props.Settings), backend, desired or "Running")
+
+
+def _check_connection(props: InstanceBootGroupProps, backend: str, add: Callable[[str, str], None]) -> None:
+    """`CloudStack` and `Ecs` configure their own backend only, with values the backend can use."""
+    for key, owner in (("CloudStack", "cloudstack"), ("Ecs", "ecs")):
+        if getattr(props, key) is not None and backend != owner:
+            add(key, f"configures the {owner} backend, but this group runs on {backend} "
+                     f"(remove it, or set Backend: {owner})")
+    cloudstack = props.CloudStack
+    if cloudstack is not None:
+        endpoint = (cloudstack.Endpoint or "").strip()
+        if endpoint and not endpoint.startswith(("http://", "https://")):
+            add("CloudStack.Endpoint", "must be an http(s) URL such as https://cloud.example.com/client/api")
+        if cloudstack.Method is not None and cloudstack.Method.strip().lower() not in ("get", "post"):
+            add("CloudStack.Method", "must be get or post")
+        if cloudstack.Timeout is not None and cloudstack.Timeout < 1:
+            add("CloudStack.Timeout", "must be a whole number of seconds ≥ 1")
+    ecs = props.Ecs
+    if ecs is not None:
+        for key, value in (("Endpoint", ecs.Endpoint), ("Region", ecs.Region)):
+            if value is not None and not value.strip():
+                add(f"Ecs.{key}", "must not be empty (leave it out for the default)")
 
 
 def _check_member(member: MemberProps, path: str, backend: str, context: Context,

@@ -153,7 +153,7 @@ def test_a_reboot_stops_then_starts_in_order_with_new_guests(cloud: LocalCloudSt
 
 
 @pytest.mark.parametrize("job_wait, seen_by", [(1.0, "failed to start: CloudStack"),
-                                              (0.0, "the readiness evaluation failed: CloudStack")],
+                                              (0.0, "failed to start: CloudStack")],
                          ids=["seen-by-the-start", "seen-by-the-next-state-read"])
 def test_a_failing_start_job_halts_with_the_cloudstack_error_text(cloud: LocalCloudStack, job_wait: float,
                                                                   seen_by: str) -> None:

@@ -303,3 +303,75 @@ def test_a_restart_outside_the_group_is_told_from_the_groups_own_boot(clock: Man
     backend.stop_vm("web", False)
     backend.start_vm("web")
     assert restarted_outside(boots, {name: backend.vm_state(name) for name in ("db", "web")}) == ["web"]
+
+
+class _QueuedStarts(FakeBackend):
+    """A backend whose start is accepted but acted on later (CloudStack's job queue): the VM keeps
+    reading Stopped for `queue` seconds, then boots, unless its job is in `failing` (it stays
+    Stopped); with `broken_reads`, reading a VM's state raises once its start was asked."""
+
+    def __init__(self, clock: ManualClock, queue: float, *, failing: set[str] | None = None,
+                 start_grace: float | None = None) -> None:
+        super().__init__(clock)
+        self.queue, self.failing, self.broken_reads = queue, failing or set(), False
+        self.asked: dict[str, float] = {}
+        if start_grace is not None:
+            self.start_grace = start_grace
+
+    def start_vm(self, vm: str) -> None:
+        self._enter("start", vm)
+        self._leave()
+        self.asked.setdefault(vm, self.clock.now())
+
+    def vm_state(self, vm: str) -> Any:
+        if vm in self.asked and self.broken_reads:
+            raise RuntimeError(f"job for {vm} failed: Insufficient capacity")
+        found = self.vms[vm]
+        asked = self.asked.get(vm)
+        if asked is not None and vm not in self.failing and found.state == "Stopped" and self.clock.now() >= asked + self.queue:
+            found.state, found.last_power_change = "Running", self.clock.now()
+        return super().vm_state(vm)
+
+
+def test_a_vm_that_reads_stopped_again_after_its_start_halts_only_after_the_grace(clock: ManualClock) -> None:
+    settings = GroupSettings(max_retries=0, initial_delay=0, timeout=100)
+    # Queued for 3 s (one poll of 1 s, grace max(2 polls, 5 s) = 5 s): it boots, no halt.
+    backend = _QueuedStarts(clock, queue=3.0)
+    backend.add("db")
+    _, outcome, _ = drive(new_run("start", members_of({"Members": [vm("db", 0)]}), clock, settings=settings, poll=1.0),
+                          backend, clock, roundtrip=True)
+    assert outcome.ok, outcome.reason
+    # Its job failed: still Stopped once the grace is over -> halt naming it, not the tier deadline.
+    backend = _QueuedStarts(clock, queue=3.0, failing={"db"})
+    backend.add("db"), backend.add("web")
+    began = clock.now()
+    run, outcome, _ = drive(new_run("start", members_of({"Members": [vm("db", 0), vm("web", 1)]}), clock,
+                                    settings=settings, poll=1.0), backend, clock, roundtrip=True)
+    reason = outcome.reason or ""
+    assert not outcome.ok and "instance 'db' of Instance 'db' failed to start: it reads Stopped 5.0 s after" in reason
+    assert "grace 5 s" in reason and "no rollback" in reason and "deadline" not in reason
+    assert 5.0 <= clock.now() - began < 7.0 and backend.count("start", "web") == 0
+    # A backend may give its own grace; 2 polls win over the 5 s floor when polls are long.
+    backend = _QueuedStarts(clock, queue=0.0, failing={"db"}, start_grace=0.5)
+    backend.add("db")
+    _, outcome, _ = drive(new_run("start", members_of({"Members": [vm("db", 0)]}), clock, settings=settings, poll=1.0),
+                          backend, clock)
+    assert "it reads Stopped 1.0 s after its start was asked (grace 0.5 s" in (outcome.reason or "")
+    backend = _QueuedStarts(clock, queue=0.0, failing={"db"})
+    backend.add("db")
+    _, outcome, _ = drive(new_run("start", members_of({"Members": [vm("db", 0)]}), clock, settings=settings, poll=4.0),
+                          backend, clock)
+    assert "it reads Stopped 8.0 s after its start was asked (grace 8 s" in (outcome.reason or "")
+
+
+def test_an_error_reading_a_booting_vm_reads_failed_to_start(clock: ManualClock) -> None:
+    backend = _QueuedStarts(clock, queue=60.0)
+    backend.add("db")
+    run = new_run("start", members_of({"Members": [vm("db", 0)]}), clock, settings=GroupSettings(initial_delay=0), poll=1.0)
+    first = advance(run, backend, budget(clock, 0.0))  # the start is asked in this step
+    assert not first.finished and run.start is not None and run.start.tiers[0].vms[0].booting
+    backend.broken_reads = True
+    _, outcome, _ = drive(run, backend, clock)
+    assert not outcome.ok
+    assert ("instance 'db' of Instance 'db' failed to start: RuntimeError: job for db failed: Insufficient capacity"
+            in (outcome.reason or "")) and "readiness evaluation" not in (outcome.reason or "")

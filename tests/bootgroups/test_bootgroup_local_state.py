@@ -17,7 +17,7 @@ from handlers.bootgroups.backend_local import LocalBackend, agent_address, proce
 from handlers.bootgroups.events import CREATE, Event
 from handlers.bootgroups.model import ERROR, READY
 from handlers.bootgroups.state import (
-    MAX_EVENTS, GroupRecord, InstanceRecord, SqliteGroupStore, StateConflict, default_path, open_store,
+    MAX_EVENTS, GroupRecord, InstanceRecord, SqliteGroupStore, StateConflict, default_path, open_group_store,
 )
 
 
@@ -31,9 +31,9 @@ def test_the_store_lives_under_the_home_and_round_trips_a_group(store: SqliteGro
     store.create_group(GroupRecord("g1", "web", power_changes={"i-1": 12.5}), {"instance:i-1": "Members[0].Instance"})
     found = store.find_group("web")
     assert found is not None and found.group_id == "g1" and found.power_changes == {"i-1": 12.5}
-    assert open_store(f"sqlite:///{tmp_path / 'other.sqlite'}").list_groups() == []
+    assert open_group_store(f"sqlite:///{tmp_path / 'other.sqlite'}").list_groups() == []
     with pytest.raises(ValueError, match="CRHELPER_BOOTGROUP_STORE: 'oss://x' is not sqlite:///"):
-        open_store("oss://x")
+        open_group_store("oss://x")
 
 
 def test_claims_keep_one_group_per_item_and_names_unique_until_released(store: SqliteGroupStore) -> None:

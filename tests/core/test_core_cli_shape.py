@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 #: The only project modules building the whole parser may import (beyond the `crhelper` package itself).
 PARSER_MODULES = {"crhelper", "crhelper.cli", "crhelper.cli.main", "crhelper.cli.parsers", "crhelper.manifest",
                   "crhelper.paths", "crhelper.local", "crhelper.local.supervisor_cli",
-                  "handlers", "handlers.routes", "handlers.routes.cli"} | {
+                  "handlers", "handlers.routes", "handlers.routes.cli", "handlers.bootgroups", "handlers.bootgroups.cli"} | {
     f"crhelper.cli.parsers.{name}" for name in ("invoke", "serve", "worker", "stack", "contract", "providers")}
 
 IMPORTS = """
