@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import paths
+from ..sqlite_files import connect, use_wal
 from .model import ResourceRecord, StackEvent, StackRecord
 from ..holder import process_alive
 
@@ -93,8 +94,8 @@ class StackStore:
         """One transaction on the shared connection (operations save after every event)."""
         with self._lock:
             if self._db is None:
-                self._db = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
-                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db = connect(self.path, autocommit=False, check_same_thread=False)
+                use_wal(self._db)
                 self._db.execute("PRAGMA synchronous=NORMAL")
             with self._db:
                 yield self._db

@@ -16,6 +16,7 @@ from pathlib import Path
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Mapping
 
+from ..sqlite_files import WalBusy, use_wal
 from . import transitions
 from .budget import seconds_left
 from .base import (
@@ -32,8 +33,6 @@ from .base import (
 
 MEMORY = ":memory:"
 BUSY_TIMEOUT_MS = 30_000
-#: Between tries of a pragma SQLite refuses without waiting (see `SqliteStore._use_wal`).
-WAL_RETRY_INTERVAL = 0.05
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS idempotency (
@@ -138,17 +137,11 @@ class SqliteStore:
         SQLITE_BUSY at once, without its busy handler, while another connection recovers the WAL
         of a process that died mid-write (a SIGKILLed worker): that is seconds of waiting, not an
         unusable store."""
-        started = time.monotonic()
-        while True:
-            try:
-                self._conn.execute("PRAGMA journal_mode = WAL")
-                return
-            except sqlite3.OperationalError as exc:
-                waited = time.monotonic() - started
-                if waited + WAL_RETRY_INTERVAL >= wait:
-                    self._conn.close()
-                    raise StoreError(f"state store busy: the SQLite file stayed locked for {waited:.1f} s ({exc})") from None
-                time.sleep(WAL_RETRY_INTERVAL)
+        try:
+            use_wal(self._conn, wait)
+        except WalBusy as exc:
+            self._conn.close()
+            raise StoreError(f"state store busy: {exc}") from None
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:

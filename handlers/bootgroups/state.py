@@ -30,6 +30,7 @@ from typing import Iterator, Mapping, Sequence
 
 from crhelper.operations.codec import dump
 from crhelper.paths import state_dir
+from crhelper.sqlite_files import connect, immediate, use_wal
 
 from .events import Event
 from .records import (  # re-exported: the provider, the CLI and tests import them from here
@@ -87,7 +88,7 @@ class SqliteGroupStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.owner = owner or local_owner()
         with self._connect() as conn:
-            _wal(conn)
+            use_wal(conn)
             conn.executescript(SCHEMA)
 
     def for_owner(self, owner: str) -> "SqliteGroupStore":
@@ -96,21 +97,14 @@ class SqliteGroupStore:
         return view
 
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=BUSY_SECONDS, isolation_level=None)
-        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_SECONDS * 1000)}")
-        return conn
+        return connect(self.path, busy_seconds=BUSY_SECONDS)
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         conn = self._connect()
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with immediate(conn):
                 yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
         finally:
             conn.close()
 
@@ -246,17 +240,6 @@ class SqliteGroupStore:
         return [instance_from_json(json.loads(row[0])) for row in rows]
 
 
-def _wal(conn: sqlite3.Connection, wait: float = BUSY_SECONDS) -> None:
-    """WAL, retried: SQLite answers the pragma SQLITE_BUSY at once while another connection recovers."""
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            conn.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.05)
 
 
 def open_group_store(url: str | None = None, env: Mapping[str, str] | None = None) -> GroupStore:

@@ -19,6 +19,7 @@ from typing import Any, Iterator, Sequence
 
 from crhelper.logs import get_logger
 from crhelper.paths import state_dir
+from crhelper.sqlite_files import connect, immediate, use_wal
 
 from . import errors as E
 from . import validation as V
@@ -66,29 +67,25 @@ class RouteRepository:
         self.path = Path(path) if path is not None else default_db_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.default_domain = default_domain
-        with self._connect() as conn:
-            conn.execute("PRAGMA journal_mode=WAL")
+        conn = self._connect()
+        try:
+            use_wal(conn)
             conn.executescript(SCHEMA)
+        finally:
+            conn.close()
 
     # --- plumbing ----------------------------------------------------------------------------
 
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        conn.row_factory = sqlite3.Row
-        return conn
+        return connect(self.path, rows=True)
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         conn = self._connect()
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with immediate(conn):
                 yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'version'")
-            conn.execute("COMMIT")
+                conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'version'")
         finally:
             conn.close()
 
