@@ -666,10 +666,7 @@ class SupervisorClient:
             raise SupervisorError(REFUSED, f"{path} belongs to uid {owner}, not to this user: refusing to talk to it")
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout)
-            try:
-                sock.connect(str(path))
-            except (FileNotFoundError, ConnectionRefusedError) as exc:
-                raise _NoDaemon(exc.strerror or str(exc)) from None
+            self._connect(sock, path, timeout)
             try:
                 send_message(sock, message)
                 reply = read_message(sock)
@@ -689,6 +686,23 @@ class SupervisorClient:
         if error.get("code") == EXITING:
             raise _NoDaemon("the daemon is exiting")
         raise SupervisorError(str(error.get("code", INTERNAL)), str(error.get("message", "unknown supervisor error")))
+
+    @staticmethod
+    def _connect(sock: socket.socket, path: Path, timeout: float) -> None:
+        """Connect, waiting while the daemon's accept backlog is full: a Unix socket refuses such a
+        connect at once (EAGAIN) where TCP would queue it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                sock.connect(str(path))
+                return
+            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                raise _NoDaemon(exc.strerror or str(exc)) from None
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise SupervisorError(UNAVAILABLE, f"the supervisor daemon is too busy to accept a connection "
+                                                       f"within {timeout:g} s") from None
+                time.sleep(0.01)
 
     def _launch(self) -> None:
         """Start a daemon for this home (it returns once listening, or when another holds the lock)."""

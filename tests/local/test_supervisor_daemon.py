@@ -275,3 +275,30 @@ def test_a_malformed_request_gets_a_precise_error(supervisor: SupervisorClient) 
             send_message(sock, message)
             answer = read_message(sock)
         assert answer is not None and answer["ok"] is False and expected in answer["error"]["message"], answer
+
+
+@pytest.mark.slow
+def test_a_burst_of_clients_larger_than_a_default_backlog_is_served(supervisor: SupervisorClient) -> None:
+    """A tier of ten instances starts at once: a Unix socket refuses a connect at once (EAGAIN) when
+    the daemon's backlog is full, so the daemon keeps a deep one and clients wait for room."""
+    import threading
+
+    for index in range(10):  # a listing that takes a while (each process is read from /proc)
+        supervisor.start(f"burst-{index}", [sys.executable, "-c", "import time; time.sleep(60)"])
+    errors: list[str] = []
+
+    def client() -> None:
+        mine = SupervisorClient(supervisor.home)
+        for _ in range(20):
+            try:
+                mine.list()
+            except Exception as exc:  # noqa: BLE001 - every failure is the finding
+                errors.append(repr(exc))
+
+    threads = [threading.Thread(target=client) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    supervisor.stop_all()
+    assert errors == []
