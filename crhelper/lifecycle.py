@@ -34,7 +34,7 @@ from .dispatch import Orphaned
 from .response import exception_reason, failed_response
 from .logs import get_logger, request_context
 from .reentry import Reentry
-from .registry import Registry
+from .registry import Registry, UnknownType
 from .request import Request, parse_request
 from .response import InProgress, fit_to_limit
 from .store import ClaimStatus, Continuation, IdempotencyKey, IdempotencyRecord, RecordState, Store, new_continuation_id
@@ -328,8 +328,23 @@ class Lifecycle:
             elif not (continuation.next_run_at <= now - EARLY_TOLERANCE
                       or (continuation.holder and self._takeable(continuation, now))):
                 continue
+            elif self._foreign(continuation, now):
+                continue
             due.append(continuation.id)
         return due
+
+    def _foreign(self, continuation: Continuation, now: float) -> bool:
+        """An operation of a type this provider does not handle: another provider shares the store
+        (two functions on one OSS prefix, or one home), so it is left to its own provider's recovery,
+        which can run it, rather than answered FAILED "unknown ResourceType" here. Past its deadline
+        any provider may answer it: FAILED for the deadline is the answer either way."""
+        if continuation.deadline <= now:
+            return False
+        try:
+            self.registry.resolve_type(str(continuation.request.get("ResourceType") or ""), self.default_type)
+        except UnknownType:
+            return True
+        return False
 
     def recover(self, run: Step, reentry: Reentry | None, limit: int = 50) -> list[Verdict]:
         """Resume `recoverable` operations one after another; returns the verdicts whose bodies the
