@@ -37,7 +37,7 @@ from crhelper.local.supervisor import (
     STOPPED,
     ProcessRecord, ProcessSpec, StateLock, SupervisorError, SupervisorPaths, SupervisorSettings,
     group_alive, load_records, peer_uid, port_open, process_alive, process_start_ticks, read_message,
-    save_records, send_message, stop_group,
+    send_message, stop_group, write_state,
 )
 from crhelper.local.processes import become_subreaper, start_process
 from crhelper.logs import configure, get_logger
@@ -57,8 +57,9 @@ _NOTE_LOST = "exited while no supervisor daemon watched it: exit code unknown"
 
 
 class Supervisor:
-    """The processes of one home. Every change is saved to the state file; operations on one name
-    are serialised (a per-name lock), different names proceed in parallel."""
+    """The processes of one home. Every change is saved to the state file before the operation that
+    made it answers; operations on one name are serialised (a per-name lock), different names
+    proceed in parallel, spawns included (the table lock is held only to register a process)."""
 
     def __init__(self, supervisor_paths: SupervisorPaths, settings: SupervisorSettings,
                  base_env: Mapping[str, str]) -> None:
@@ -75,6 +76,14 @@ class Supervisor:
         self._closing = False
         self._exit_requested = False
         self._subreaper = False
+        #: Spawns between fork and registration: the stray reaper waits for none (see `_reap_strays`).
+        self._spawning = 0
+        #: Group commit of the state file: `_changes` counts the changes asked to be saved, `_saved`
+        #: the last of them the file holds; one thread writes at a time (`_writing`).
+        self._save_done = threading.Condition(threading.Lock())
+        self._changes = 0
+        self._saved = 0
+        self._writing = False
 
     # --------------------------------------------------------------------------------- lifecycle
     def load(self) -> None:
@@ -96,12 +105,37 @@ class Supervisor:
                 record.finish(EXITED, None, _NOTE_LOST)
         with self._lock:
             self._records = records
-            self._save()
+        self._save()
         self._subreaper = become_subreaper()
 
     def _save(self) -> None:
-        with self._lock:
-            save_records(self.paths.state, self._records)
+        """Write the state file with every change made before this call, and return once it is
+        written (the caller answers its client only then: what it started is on record). Changes
+        made while another thread writes share the next write, so a burst of starts costs a few
+        writes, not one each. Never call it holding `_lock`: the writer needs it for its snapshot."""
+        with self._save_done:
+            self._changes += 1
+            wanted = self._changes
+            while self._saved < wanted:
+                if not self._writing:
+                    break
+                self._save_done.wait()
+            else:
+                return
+            self._writing = True
+            covered = self._changes
+        written = False
+        try:
+            with self._lock:  # every change numbered up to `covered` was made before its number
+                snapshot = [record.to_json() for record in self._records.values()]
+            write_state(self.paths.state, snapshot)
+            written = True
+        finally:
+            with self._save_done:
+                self._writing = False
+                if written:
+                    self._saved = max(self._saved, covered)
+                self._save_done.notify_all()
 
     def begin_request(self) -> bool:
         """Count a request in; False once the daemon is closing (the client then starts another)."""
@@ -131,7 +165,7 @@ class Supervisor:
     def close(self) -> None:
         with self._lock:
             self._closing = True
-            self._save()
+        self._save()
 
     # -------------------------------------------------------------------------------- operations
     def handle(self, message: Mapping[str, Any]) -> dict[str, Any]:
@@ -223,7 +257,9 @@ class Supervisor:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             os.write(descriptor, f"--- crhelper supervisor: start {restarts + 1} of {spec.name} at {stamp} ---\n".encode())
             env = {**self._base_env, **spec.env}
-            with self._lock:  # the stray reaper must see the pid registered before it can exit
+            with self._lock:  # the stray reaper leaves children alone until they are registered
+                self._spawning += 1
+            try:
                 try:
                     proc = start_process(spec.argv, cwd=spec.cwd or None, env=env, stdout=descriptor,
                                          stderr=subprocess.STDOUT)
@@ -233,11 +269,17 @@ class Supervisor:
                 record = ProcessRecord(spec=spec, state=STARTING if spec.ready_port else RUNNING, pid=proc.pid,
                                        start_ticks=process_start_ticks(proc.pid), started_at=time.time(),
                                        restarts=restarts)
-                self._records[spec.name] = record
-                self._procs[spec.name] = proc
-                self._save()
+                with self._lock:
+                    self._records[spec.name] = record
+                    self._procs[spec.name] = proc
+            finally:
+                with self._lock:
+                    self._spawning -= 1
         finally:
             os.close(descriptor)
+        # On record before the client hears of it. A daemon killed between the spawn and this write leaves
+        # the process unrecorded and the client unanswered, as when the spawn and the write shared the lock.
+        self._save()
         log.info("started", extra={"fields": {"name": spec.name, "pid": proc.pid, "owner": spec.owner}})
         return record
 
@@ -250,7 +292,7 @@ class Supervisor:
                 with self._lock:
                     self._records.pop(name, None)
                     self._procs.pop(name, None)
-                    self._save()
+                self._save()
             return record
 
     def restart(self, name: str, grace: float) -> ProcessRecord:
@@ -302,7 +344,7 @@ class Supervisor:
         if changed:
             with self._lock:
                 self._last_activity = time.monotonic()
-                self._save()
+            self._save()
 
     def _check_record(self, record: ProcessRecord) -> bool:
         assert record.pid is not None
@@ -335,6 +377,8 @@ class Supervisor:
             return
         while True:
             with self._lock:
+                if self._spawning:
+                    return  # a child forked but not registered yet could be taken for a stray: next round
                 try:
                     info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
                 except ChildProcessError:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import sys
-from typing import Mapping
+import time
+from typing import Mapping, Sequence
 
 from crhelper.local.processes import python_env
-from crhelper.local.supervisor import LIVE, NOT_FOUND, SupervisorClient, SupervisorError
+from crhelper.local.supervisor import LIVE, NOT_FOUND, ProcessStatus, SupervisorClient, SupervisorError
 
 from . import guest_agent, probes
 from .backends import MISSING, RUNNING, STOPPED, CheckResult, VmState
@@ -23,6 +24,9 @@ from .state import GroupStore, InstanceRecord
 #: What an instance's process is told about itself.
 ENV_ID, ENV_HOST, ENV_PORT, ENV_PORTS = ("CRHELPER_INSTANCE_ID", "CRHELPER_INSTANCE_HOST", "CRHELPER_INSTANCE_PORT",
                                          "CRHELPER_INSTANCE_PORTS")
+#: How old (s) an instance record read by a batch read may be for a check to use it: a poll round
+#: reads its tier's states, then checks them at once.
+RECORD_FRESH_SECONDS = 1.0
 
 
 def agent_address(home: str, instance_id: str) -> str:
@@ -52,12 +56,21 @@ def process_env(record: InstanceRecord) -> dict[str, str]:
     return env
 
 
+def _vm_state(status: ProcessStatus) -> VmState:
+    if status.state in LIVE:
+        return VmState(RUNNING, status.started_at)
+    return VmState(STOPPED, status.ended_at)
+
+
 class LocalBackend:
     """BootBackend over the local instances of one home."""
 
     def __init__(self, store: GroupStore, supervisor: SupervisorClient | None = None) -> None:
         self.store = store
         self.supervisor = supervisor or SupervisorClient()
+        #: Instance records as the last batch read saw them (monotonic time, record): the checks of
+        #: a poll round use those instead of reading the store again, each.
+        self._seen: dict[str, tuple[float, InstanceRecord]] = {}
 
     def _record(self, vm: str) -> InstanceRecord:
         record = self.store.get_instance(vm)
@@ -65,24 +78,40 @@ class LocalBackend:
             raise LookupError(f"no Custom::LocalInstance {vm!r} is registered in {self.supervisor.home}")
         return record
 
-    def vm_state(self, vm: str) -> VmState:
-        record = self.store.get_instance(vm)
-        if record is None:
-            return VmState(MISSING)
-        try:
-            status = self.supervisor.status(vm)
-        except SupervisorError as exc:
-            if exc.code == NOT_FOUND:
-                return VmState(STOPPED, None)  # registered, never started
-            raise
-        if status.state in LIVE:
-            return VmState(RUNNING, status.started_at)
-        return VmState(STOPPED, status.ended_at)
+    def _recent_record(self, vm: str) -> InstanceRecord:
+        """The record the round's batch read just took (within RECORD_FRESH_SECONDS), else the store's."""
+        seen = self._seen.get(vm)
+        if seen is not None and time.monotonic() - seen[0] <= RECORD_FRESH_SECONDS:
+            return seen[1]
+        return self._record(vm)
 
-    def start_vm(self, vm: str) -> None:
+    def vm_state(self, vm: str) -> VmState:
+        return self.vm_states([vm])[vm]
+
+    def vm_states(self, vms: Sequence[str]) -> dict[str, VmState]:
+        """The states of several instances from one store read and one supervisor `list()` (a tier's)."""
+        if len(vms) > 1:
+            records = {record.instance_id: record for record in self.store.list_instances()}
+        else:
+            records = {vm: record for vm in vms if (record := self.store.get_instance(vm)) is not None}
+        at = time.monotonic()
+        for vm in vms:
+            if vm in records:
+                self._seen[vm] = (at, records[vm])
+        out = {vm: VmState(MISSING) for vm in vms}
+        if any(vm in records for vm in vms):
+            statuses = {status.name: status for status in self.supervisor.list()}
+            for vm in vms:
+                if vm in records:
+                    status = statuses.get(vm)
+                    out[vm] = VmState(STOPPED, None) if status is None else _vm_state(status)  # None: never started
+        return out
+
+    def start_vm(self, vm: str) -> VmState:
+        """Start it; the supervisor's answer is its state (Running once spawned: no second read)."""
         record = self._record(vm)
-        self.supervisor.start(vm, process_argv(record), owner=record.owner, cwd=record.cwd or None,
-                              env=process_env(record))
+        return _vm_state(self.supervisor.start(vm, process_argv(record), owner=record.owner, cwd=record.cwd or None,
+                                               env=process_env(record)))
 
     def stop_vm(self, vm: str, forced: bool) -> None:
         try:
@@ -101,7 +130,7 @@ class LocalBackend:
         return list(group.instances)
 
     def check(self, rule_type: str, vm: str, details: Mapping[str, str], timeout: float) -> CheckResult:
-        record = self._record(vm)
+        record = self._recent_record(vm)
         if rule_type == PORT_CHECK:
             return probes.tcp_probe(record.host, int(details[PORT]), timeout)
         if rule_type == PING:

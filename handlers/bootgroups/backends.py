@@ -1,6 +1,10 @@
 """What the engine asks of a backend (local processes, ECS, CloudStack): one Protocol, no
 implementation here. Each backend lives in its own module and satisfies it.
 
+A backend may also offer `vm_states(vms) -> dict[str, VmState]`, the states of several instances
+from one call (the local backend: one supervisor `list()`); the engine and the provider use it when
+it is there (`engine.vm_states`) and read one instance at a time otherwise.
+
 Times are on the engine's clock (POSIX seconds in production), so a backend reports an instance's
 last power change on the same scale the engine measures the initial delay with.
 """
@@ -45,9 +49,11 @@ class BootBackend(Protocol):
         """The instance's power state; MISSING for an instance that does not exist."""
         ...
 
-    def start_vm(self, vm: str) -> None:
+    def start_vm(self, vm: str) -> VmState | None:
         """Ask for a start (returning at once is fine: the engine waits until the instance reads
-        Running, without counting an attempt). Starting a Starting or Running instance is a no-op."""
+        Running, without counting an attempt). Starting a Starting or Running instance is a no-op.
+        A backend whose start call answers with the instance's state returns it (the engine then
+        does not read it again); None: the engine reads it."""
         ...
 
     def stop_vm(self, vm: str, forced: bool) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import threading
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from crhelper.errors import Failure
 from crhelper.operations.budget import Budget, NotYet
@@ -34,9 +34,9 @@ from crhelper.response import exception_reason
 from crhelper.tiers import CONTINUE, ItemRun, TierProgress, plan, run as run_tiers
 
 from . import events as ev
-from .backends import FAILED, MISSING, STOPPED, BootBackend
+from .backends import FAILED, MISSING, STOPPED, BootBackend, CheckResult, VmState
 from .events import Event, TimelineEntry
-from .model import ERROR, INSTANCE_GROUP, READY, UNKNOWN, VIRTUAL_MACHINE, MemberSpec, tiers_of
+from .model import ERROR, INSTANCE_GROUP, READY, UNKNOWN, VIRTUAL_MACHINE, GroupRef, MemberSpec, tiers_of
 from .readiness import (
     GROUP_SCOPE, CacheEntry, ChildView, cache_key, cached, evaluate_group, evaluate_vm, vm_rules,
 )
@@ -273,7 +273,9 @@ def _open_tier(run: BootRun, progress: StartProgress, tier: TierRun, backend: Bo
                 seen.add(vm)
                 vms.append(VmRun(vm=vm, member=key))
     tier.vms = vms
-    outcomes = _parallel(lambda vm_run: _start_one(run, tier, vm_run, backend, now), vms, run.check_concurrency)
+    known = vm_states(backend, [vm_run.vm for vm_run in vms], batch_only=True)
+    outcomes = _parallel(lambda vm_run: _start_one(run, tier, vm_run, backend, now, known.get(vm_run.vm)), vms,
+                         run.check_concurrency)
     for entries, _failure in outcomes:
         run.timeline.extend(entries)
     failures = [failure for _entries, failure in outcomes if failure]
@@ -285,12 +287,28 @@ def _open_tier(run: BootRun, progress: StartProgress, tier: TierRun, backend: Bo
     tier.wait_started = tier.next_round = now()
 
 
+def vm_states(backend: BootBackend, vms: Sequence[str], *, batch_only: bool = False) -> dict[str, VmState]:
+    """The states of `vms` in one backend call where the backend offers `vm_states` (see
+    `backends`); else (or when that call fails) one `vm_state` each, or nothing with `batch_only`
+    (the caller then reads each itself, so a failure is reported per instance)."""
+    batch = getattr(backend, "vm_states", None)
+    if callable(batch) and vms:
+        try:
+            states = batch(list(vms))
+        except Exception:  # noqa: BLE001 - read one by one below: each failure is then the instance's own
+            states = None
+        if isinstance(states, dict):
+            return {vm: states[vm] for vm in vms if isinstance(states.get(vm), VmState)}
+    return {} if batch_only else {vm: backend.vm_state(vm) for vm in vms}
+
+
 def _start_one(run: BootRun, tier: TierRun, vm_run: VmRun, backend: BootBackend,
-               now: Callable[[], float]) -> tuple[list[TimelineEntry], str | None]:
-    """Start one VM unless it is Running (then anchor it to its last power change, §4.1.3)."""
+               now: Callable[[], float], known: VmState | None = None) -> tuple[list[TimelineEntry], str | None]:
+    """Start one VM unless it is Running (then anchor it to its last power change, §4.1.3); `known`:
+    its state as the tier's batch read saw it just before."""
     vm = vm_run.vm
     try:
-        state = backend.vm_state(vm)
+        state = known if known is not None else backend.vm_state(vm)
         at = now()
         if state.state == MISSING:
             return [], f"instance {vm!r} does not exist"
@@ -301,9 +319,9 @@ def _start_one(run: BootRun, tier: TierRun, vm_run: VmRun, backend: BootBackend,
             wait = max(0.0, run.settings.initial_delay - (at - vm_run.last_boot))
             return [TimelineEntry(at, ev.VM_RUNNING, vm, f"already Running (since {at - vm_run.last_boot:.1f} s), not "
                                                         f"restarted; first check in {wait:.1f} s", tier.order)], None
-        backend.start_vm(vm)
+        answered = backend.start_vm(vm)
         vm_run.start_requested_at = at
-        after = backend.vm_state(vm)
+        after = answered if isinstance(answered, VmState) else backend.vm_state(vm)
     except Exception as exc:
         return [], f"instance {vm!r} failed to start: {exception_reason(exc)}"
     if after.running:
@@ -334,7 +352,8 @@ def _round(run: BootRun, progress: StartProgress, tier: TierRun, backend: BootBa
     """One poll (§4.1.5): §4.2 for every open VM (concurrently), then the Instance Group step."""
     tier.rounds += 1
     open_vms = [vm_run for vm_run in tier.vms if not vm_run.ready and not vm_run.gave_up]
-    results = _parallel(lambda vm_run: _check_one(run, tier, vm_run, backend, now), open_vms, run.check_concurrency)
+    seen = _RoundView(backend, vm_states(backend, [vm_run.vm for vm_run in open_vms], batch_only=True))
+    results = _parallel(lambda vm_run: _check_one(run, tier, vm_run, seen, now), open_vms, run.check_concurrency)
     halts = []
     for result in results:
         run.timeline.extend(result.entries)
@@ -357,6 +376,38 @@ def _round(run: BootRun, progress: StartProgress, tier: TierRun, backend: BootBa
         if halt:
             _halt(run, progress, tier, f"{_tier_name(progress, tier)}: {halt}; {NO_ROLLBACK}", now())
             return
+
+
+class _RoundView:
+    """The backend as one poll round sees it: the power states of the round's batch read (one
+    backend call for the tier, where the backend offers `vm_states`), every other call passed on."""
+
+    def __init__(self, backend: BootBackend, states: dict[str, VmState]) -> None:
+        self.backend, self.states = backend, states
+
+    def vm_state(self, vm: str) -> VmState:
+        known = self.states.get(vm)
+        return known if known is not None else self.backend.vm_state(vm)
+
+    def start_vm(self, vm: str) -> VmState | None:
+        return self.backend.start_vm(vm)
+
+    def stop_vm(self, vm: str, forced: bool) -> None:
+        self.backend.stop_vm(vm, forced)
+
+    def reboot_vm(self, vm: str) -> None:
+        self.states.pop(vm, None)  # read it afresh after the reboot
+        self.backend.reboot_vm(vm)
+
+    def expand_group(self, group: GroupRef) -> list[str]:
+        return self.backend.expand_group(group)
+
+    def check(self, rule_type: str, vm: str, details: Mapping[str, str], timeout: float) -> CheckResult:
+        return self.backend.check(rule_type, vm, details, timeout)
+
+    @property
+    def start_grace(self) -> Any:
+        return getattr(self.backend, "start_grace", None)
 
 
 def _check_one(run: BootRun, tier: TierRun, vm_run: VmRun, backend: BootBackend, now: Callable[[], float]) -> _Checked:

@@ -241,12 +241,15 @@ def _conflict(exc: StateConflict) -> Failure:
 # --- runs ----------------------------------------------------------------------------------------
 
 def begin_run(record: GroupRecord, operation: str, run_key: str, backend: BootBackend, gs: GlobalSettings,
-               now: float) -> None:
-    """Put a new run on the record (stored by the caller with whatever else changed). Instances
-    restarted outside the group since its last run read Unknown first (§2.3)."""
+               now: float) -> engine.BootRun:
+    """Put a new run on the record (stored by the caller with whatever else changed) and return it
+    (for `converge(fresh=...)`). Instances restarted outside the group since its last run read
+    Unknown first (§2.3)."""
     if operation in (engine.START, engine.REBOOT) and record.power_changes:
-        states = {}
+        states = engine.vm_states(backend, list(record.power_changes), batch_only=True)  # one call where it can
         for vm in record.power_changes:
+            if vm in states:
+                continue
             try:
                 states[vm] = backend.vm_state(vm)
             except Exception:  # noqa: BLE001 - only a cache hint; the run itself will report the instance
@@ -257,15 +260,19 @@ def begin_run(record: GroupRecord, operation: str, run_key: str, backend: BootBa
                        poll_interval=gs.poll_interval, check_concurrency=gs.check_concurrency, forced=record.forced,
                        cache=record.cache)
     record.run, record.run_id = engine.dump_run(run), run_key
+    return run
 
 
 def converge(record: GroupRecord, run_key: str, store: GroupStore, backend: BootBackend,
-              budget: operations.Budget) -> operations.Continue[GroupStep] | engine.BootRun:
-    """Advance the record's run (checkpointed after every round); the finished run, or Continue."""
+              budget: operations.Budget, fresh: engine.BootRun | None = None,
+              ) -> operations.Continue[GroupStep] | engine.BootRun:
+    """Advance the record's run (checkpointed after every round); the finished run, or Continue.
+    `fresh`: the run `begin_run` just put on the record, used as it is rather than read back from
+    its JSON (in a fresh FC worker that read costs a pydantic schema build, ~40 ms, before tier 0)."""
     if record.run_id != run_key or record.run is None:
         raise Failure(f"boot group {record.name!r}: its stored run belongs to another request ({record.run_id or 'none'}); "
                       "another operation took the group over")
-    run = engine.load_run(record.run)
+    run = fresh if fresh is not None else engine.load_run(record.run)
     if not run.finished:
 
         def checkpoint(current: engine.BootRun) -> None:
@@ -293,12 +300,15 @@ def _readiness(record: GroupRecord, run: engine.BootRun | None, backend: BootBac
     if run is not None and run.start is not None:
         return engine.member_readiness(run)
     out: dict[str, str] = {}
+    member_vms = {member.key: [member.key] if member.kind != INSTANCE_GROUP else
+                  list((member.group.instances if member.group else None) or []) for member in record.members}
+    known = engine.vm_states(backend, list(dict.fromkeys(vm for vms in member_vms.values() for vm in vms)), batch_only=True)
     for member in record.members:
-        vms = [member.key] if member.kind != INSTANCE_GROUP else list((member.group.instances if member.group else None) or [])
+        vms = member_vms[member.key]
         running = {}
         for vm in vms:
             try:
-                running[vm] = backend.vm_state(vm).running
+                running[vm] = (known[vm] if vm in known else backend.vm_state(vm)).running
             except Exception:  # noqa: BLE001 - readiness is then Unknown-ish: not Running
                 running[vm] = False
         out[member.key] = member_status(member, vms, record.cache, running)[0]
@@ -367,6 +377,7 @@ def build_provider(provider: Provider | None = None) -> Provider:
                         extra={"fields": {"group": record.name, "GroupId": record.group_id, "resumed": record.resumed}})
             store.save_group(record)
         backend: BootBackend | None = None
+        fresh: engine.BootRun | None = None
         if record is None:
             chosen = (props.Backend or gs.backend).strip().lower()
             built: list[BootBackend] = []
@@ -388,7 +399,7 @@ def build_provider(provider: Provider | None = None) -> Provider:
                                  reboot_token=props.RebootToken, forced=props.Forced, stop_on_delete=props.StopOnDelete)
             backend = built[0] if built else _group_backend(record, props, request, store)
             record.owner = owner
-            begin_run(record, _operation_for(record.desired_state, False), run_key, backend, gs, budget.now())
+            fresh = begin_run(record, _operation_for(record.desired_state, False), run_key, backend, gs, budget.now())
             try:
                 store.create_group(record, _claimed_items(record.members))
             except StateConflict as exc:
@@ -397,7 +408,7 @@ def build_provider(provider: Provider | None = None) -> Provider:
                                 subject=record.name)]
             _record_events(store, record, created + ev.plan_changes([], record.members, budget.now()))
         backend = backend or _group_backend(record, props, request, store)
-        outcome = converge(record, run_key, store, backend, budget)
+        outcome = converge(record, run_key, store, backend, budget, fresh)
         if isinstance(outcome, operations.Continue):
             return outcome
         if not outcome.ok:
@@ -419,6 +430,7 @@ def build_provider(provider: Provider | None = None) -> Provider:
                           "delete the resource and create it again")
         run_key = f"{request.request_id}:update"
         backend = _group_backend(record, props, request, store)
+        fresh: engine.BootRun | None = None
         if record.run_id != run_key:
             checked = _check(props, store.for_owner(record.owner), gs, besides=group_id, cloud=lambda: backend)
             if checked.backend != record.backend:
@@ -434,7 +446,7 @@ def build_provider(provider: Provider | None = None) -> Provider:
             record.name, record.description, record.members = props.Name, props.Description, checked.members
             record.settings, record.desired_state = checked.settings, checked.desired_state
             record.reboot_token, record.forced, record.stop_on_delete = props.RebootToken, props.Forced, props.StopOnDelete
-            begin_run(record, _operation_for(record.desired_state, reboot), run_key, backend, gs, now)
+            fresh = begin_run(record, _operation_for(record.desired_state, reboot), run_key, backend, gs, now)
             try:
                 store.reclaim(record, _claimed_items(record.members))
             except StateConflict as exc:
@@ -443,7 +455,7 @@ def build_provider(provider: Provider | None = None) -> Provider:
                 happened.insert(0, ev.Event(ev.UPDATE, now, f"boot group {record.name!r}: DesiredState "
                                                             f"{record.desired_state}", subject=record.name))
             _record_events(store, record, happened)
-        outcome = converge(record, run_key, store, backend, budget)
+        outcome = converge(record, run_key, store, backend, budget, fresh)
         if isinstance(outcome, operations.Continue):
             return outcome
         if not outcome.ok:
