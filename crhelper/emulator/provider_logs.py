@@ -47,6 +47,12 @@ RESOURCE_WIDTH = 24
 DEFAULT_TERMINAL_LEVEL = "WARNING"
 LOG_LEVEL_ENV = "CRHELPER_LOG_LEVEL"
 FOLLOW_INTERVAL_ENV = "CRHELPER_FOLLOW_INTERVAL"
+#: The loggers the framework's own modules use (`crhelper.<name>`); tests/stack/test_stack_logs.py checks
+#: every `get_logger(...)` in crhelper/ is listed, so a provider's `crhelper.get_logger("x")` is told apart.
+FRAMEWORK_LOGGERS = frozenset({
+    "dispatch", "emulator", "fc", "http", "lifecycle", "local", "outbound", "provider", "reentry", "runtime",
+    "serve", "servers", "services", "supervisor", "tiers", "worker",
+})
 #: The framework's record for each step of a long operation (crhelper.lifecycle): one poll.
 POLL_MESSAGE = IN_PROGRESS_LOG_MESSAGE
 
@@ -95,7 +101,12 @@ class LogRecord:
 
     @property
     def from_framework(self) -> bool:
-        return self.logger == LOGGER_NAME or self.logger.startswith(LOGGER_NAME + ".")
+        """A record of the framework itself (kept off the terminal below its level), not of a provider
+        that logs through the public `crhelper.get_logger("mine")` (always shown)."""
+        if self.logger == LOGGER_NAME:
+            return True
+        prefix, _, rest = self.logger.partition(".")
+        return prefix == LOGGER_NAME and rest.partition(".")[0] in FRAMEWORK_LOGGERS
 
 
 # ------------------------------------------------------------------------------------ parsing

@@ -83,6 +83,29 @@ def test_the_terminal_keeps_framework_records_below_its_level_out_but_the_file_k
     assert logs.polls("A") == 2 and logs.polls("NotServed") is None
 
 
+def test_a_providers_own_crhelper_logger_is_shown_and_every_framework_logger_is_known(tmp_path: Path) -> None:
+    """`crhelper.get_logger("bootgroups")` in a provider is the provider's output (always shown, e.g. a
+    boot group's tier timeline), while the framework's modules stay quiet below the level: every
+    get_logger name used in crhelper/ must be a known framework logger for that to hold."""
+    import re
+
+    from crhelper.emulator.provider_logs import FRAMEWORK_LOGGERS
+
+    out = io.StringIO()
+    with ProviderLogs("mixed", tmp_path, out=out, level="WARNING") as logs:
+        logs.serving("A")
+        logs.line('{"level": "INFO", "logger": "crhelper.bootgroups", "message": "INSTANCE.BOOT.GROUP.START ok", '
+                  '"LogicalResourceId": "A"}', stream="stderr")
+        logs.line('{"level": "INFO", "logger": "crhelper.outbound", "message": "response delivered", '
+                  '"LogicalResourceId": "A"}', stream="stderr")
+    shown = lines_of(out.getvalue(), "A")
+    assert len(shown) == 1 and "INSTANCE.BOOT.GROUP.START ok" in shown[0], out.getvalue()
+    assert not any("response delivered" in line for line in lines_of(out.getvalue(), "A"))
+    assignment = re.compile(r'^\s*\w+\s*=\s*(?:\w+\.)?get_logger\("([a-z_.]+)"\)', re.M)
+    used = {name.split(".")[0] for path in (REPO / "crhelper").rglob("*.py") for name in assignment.findall(path.read_text())}
+    assert used - FRAMEWORK_LOGGERS == set(), "a framework logger missing from provider_logs.FRAMEWORK_LOGGERS"
+
+
 def test_handed_out_urls_never_reach_the_terminal_or_the_file(tmp_path: Path) -> None:
     out = io.StringIO()
     with ProviderLogs("secret", tmp_path, out=out) as logs:
