@@ -88,16 +88,16 @@ class S3Store:
         self._client_error = ClientError
         self._io_errors: tuple[type[Exception], ...] = (ClientError, BotoCoreError)
 
-    # -- the object log ------------------------------------------------------------------
+    # -- the object log (public: the boot-group store builds on the same create-only log) --------
 
-    def _dir(self, kind: str, name: str) -> str:
+    def log_dir(self, kind: str, name: str) -> str:
         return f"{self._prefix}{kind}/{name}/"
 
     def _fail(self, action: str, exc: Exception) -> StoreError:
         code = _code(exc) or type(exc).__name__
         return StoreError(f"store s3 {action} in bucket '{self._bucket}' failed: {code}")
 
-    def _list(self, prefix: str) -> list[str]:
+    def list_keys(self, prefix: str) -> list[str]:
         keys: list[str] = []
         kwargs: dict[str, Any] = {"Bucket": self._bucket, "Prefix": prefix}
         try:
@@ -117,12 +117,12 @@ class S3Store:
         return int(stem) if stem.isdigit() else -1
 
     def _seqs(self, log_dir: str) -> list[int]:
-        return sorted(s for s in (self._seq_of(k) for k in self._list(log_dir)) if s >= 0)
+        return sorted(s for s in (self._seq_of(k) for k in self.list_keys(log_dir)) if s >= 0)
 
     def _object_key(self, log_dir: str, seq: int) -> str:
         return f"{log_dir}{seq:0{SEQ_DIGITS}d}.json"
 
-    def _get_bytes(self, key: str) -> bytes | None:
+    def get_bytes(self, key: str) -> bytes | None:
         try:
             return self._client.get_object(Bucket=self._bucket, Key=key)["Body"].read()
         except self._client_error as exc:
@@ -132,13 +132,13 @@ class S3Store:
         except self._io_errors as exc:
             raise self._fail("GetObject", exc) from None
 
-    def _head(self, log_dir: str) -> _Head:
+    def head(self, log_dir: str) -> _Head:
         """Newest object; re-lists when a concurrent writer collected it between list and get."""
         for _ in range(MAX_RACE_ROUNDS):
             seqs = self._seqs(log_dir)
             if not seqs:
                 return _Head(0, None)
-            raw = self._get_bytes(self._object_key(log_dir, seqs[-1]))
+            raw = self.get_bytes(self._object_key(log_dir, seqs[-1]))
             if raw is not None:
                 try:
                     return _Head(seqs[-1], json.loads(raw))
@@ -146,7 +146,7 @@ class S3Store:
                     raise StoreError(f"store object in '{log_dir}' is not JSON") from None
         raise StoreError(f"store log '{log_dir}' kept changing while being read")
 
-    def _create(self, key: str, body: bytes) -> bool:
+    def create_object(self, key: str, body: bytes) -> bool:
         """Create-only PutObject; False when the key already holds someone else's bytes."""
         try:
             self._client.put_object(
@@ -159,12 +159,12 @@ class S3Store:
             return True
         except self._client_error as exc:
             if _status(exc) in _CONFLICT_STATUSES:
-                return self._get_bytes(key) == body
+                return self.get_bytes(key) == body
             raise self._fail("PutObject", exc) from None
         except self._io_errors as exc:
             raise self._fail("PutObject", exc) from None
 
-    def _delete_keys(self, keys: list[str]) -> None:
+    def delete_keys(self, keys: list[str]) -> None:
         for start in range(0, len(keys), 1000):
             chunk = keys[start : start + 1000]
             try:
@@ -175,23 +175,23 @@ class S3Store:
             except self._io_errors as exc:
                 raise self._fail("DeleteObjects", exc) from None
 
-    def _advance(self, log_dir: str, seq: int, doc: dict[str, Any]) -> bool:
+    def advance_log(self, log_dir: str, seq: int, doc: dict[str, Any]) -> bool:
         """Write `doc` as entry `seq`; True only if it is now the newest entry of the log."""
         body = json.dumps({**doc, "write_id": secrets.token_hex(16)}, sort_keys=True).encode()
-        if not self._create(self._object_key(log_dir, seq), body):
+        if not self.create_object(self._object_key(log_dir, seq), body):
             return False
         seqs = self._seqs(log_dir)
         if seqs and seqs[-1] > seq:
             return False
         older = [self._object_key(log_dir, s) for s in seqs if s < seq]
         if older:
-            self._delete_keys(older)
+            self.delete_keys(older)
         return True
 
     # -- idempotency records -------------------------------------------------------------
 
     def _record_dir(self, key: IdempotencyKey) -> str:
-        return self._dir("idem", key.digest())
+        return self.log_dir("idem", key.digest())
 
     @staticmethod
     def _record_of(head: _Head) -> IdempotencyRecord | None:
@@ -212,7 +212,7 @@ class S3Store:
     ) -> ClaimResult:
         log_dir = self._record_dir(key)
         for _ in range(MAX_RACE_ROUNDS):
-            head = self._head(log_dir)
+            head = self.head(log_dir)
             current = self._record_of(head)
             result, to_write = transitions.decide_claim(
                 current, key, owner, self._clock(), lease_seconds, ttl_seconds, response_urls
@@ -220,7 +220,7 @@ class S3Store:
             if to_write is None:
                 return result
             seq = head.seq + 1
-            if self._advance(log_dir, seq, self._record_doc(to_write, seq)):
+            if self.advance_log(log_dir, seq, self._record_doc(to_write, seq)):
                 return replace(result, record=replace(to_write, version=seq))
         raise StoreError("store s3 claim lost too many races in a row")
 
@@ -232,11 +232,11 @@ class S3Store:
         """Apply `step` to the head until it writes or declines; step returns the next doc."""
         log_dir = self._record_dir(key)
         for _ in range(MAX_RACE_ROUNDS):
-            head = self._head(log_dir)
+            head = self.head(log_dir)
             doc = step(self._record_of(head))
             if doc is None:
                 return False
-            if self._advance(log_dir, head.seq + 1, {**doc, "version": head.seq + 1}):
+            if self.advance_log(log_dir, head.seq + 1, {**doc, "version": head.seq + 1}):
                 return True
         raise StoreError("store s3 update lost too many races in a row")
 
@@ -277,16 +277,16 @@ class S3Store:
         return self._transition(key, step)
 
     def get(self, key: IdempotencyKey) -> IdempotencyRecord | None:
-        record = self._record_of(self._head(self._record_dir(key)))
+        record = self._record_of(self.head(self._record_dir(key)))
         if record is None or record.is_expired(self._clock()):
             return None
         return record
 
-    def _heads_under(self, kind: str) -> dict[str, tuple[list[str], str]]:
+    def heads_under(self, kind: str) -> dict[str, tuple[list[str], str]]:
         """name -> (all keys of its log, newest key), from one listing of `kind`."""
         logs: dict[str, list[str]] = {}
         root = f"{self._prefix}{kind}/"
-        for key in self._list(root):
+        for key in self.list_keys(root):
             name, _, rest = key[len(root) :].partition("/")
             if name and self._seq_of(rest) >= 0 and "/" not in rest:
                 logs.setdefault(name, []).append(key)
@@ -296,20 +296,20 @@ class S3Store:
         now = self._clock()
         removed = 0
         for kind in ("idem", "cont"):
-            for keys, newest in self._heads_under(kind).values():
-                raw = self._get_bytes(newest)
+            for keys, newest in self.heads_under(kind).values():
+                raw = self.get_bytes(newest)
                 if raw is None:
                     continue
                 doc = json.loads(raw)
                 if doc.get("kind") in (_RECORD, _TOMBSTONE) and now >= float(doc["expires_at"]):
-                    self._delete_keys(keys)
+                    self.delete_keys(keys)
                     removed += doc.get("kind") == _RECORD
         return removed
 
     # -- continuations -------------------------------------------------------------------
 
     def _cont_dir(self, continuation_id: str) -> str:
-        return self._dir("cont", continuation_id)
+        return self.log_dir("cont", continuation_id)
 
     @staticmethod
     def _continuation_of(doc: Mapping[str, Any] | None) -> Continuation | None:
@@ -324,7 +324,7 @@ class S3Store:
             raise StoreConflict("continuation id already exists")
         seq = continuation.version
         doc = {"kind": _CONTINUATION, **continuation.to_dict()}
-        if not self._advance(log_dir, seq, doc):
+        if not self.advance_log(log_dir, seq, doc):
             raise StoreConflict("continuation id already exists")
 
     def get_continuation(self, continuation_id: str) -> Continuation | None:
@@ -332,15 +332,15 @@ class S3Store:
             check_continuation_id(continuation_id)
         except ValueError:
             return None
-        return self._continuation_of(self._head(self._cont_dir(continuation_id)).doc)
+        return self._continuation_of(self.head(self._cont_dir(continuation_id)).doc)
 
     def update_continuation(self, continuation: Continuation, expected_version: int) -> bool:
         log_dir = self._cont_dir(continuation.id)
-        current = self._continuation_of(self._head(log_dir).doc)
+        current = self._continuation_of(self.head(log_dir).doc)
         if current is None or current.version != expected_version:
             return False
         new = replace(continuation, version=expected_version + 1)
-        return self._advance(log_dir, new.version, {"kind": _CONTINUATION, **new.to_dict()})
+        return self.advance_log(log_dir, new.version, {"kind": _CONTINUATION, **new.to_dict()})
 
     def delete_continuation(self, continuation_id: str) -> bool:
         try:
@@ -349,19 +349,19 @@ class S3Store:
             return False
         log_dir = self._cont_dir(continuation_id)
         for _ in range(MAX_RACE_ROUNDS):
-            head = self._head(log_dir)
+            head = self.head(log_dir)
             if self._continuation_of(head.doc) is None:
                 return False
             tombstone = {"kind": _TOMBSTONE, "expires_at": self._clock() + self._tombstone_ttl}
-            if self._advance(log_dir, head.seq + 1, tombstone):
+            if self.advance_log(log_dir, head.seq + 1, tombstone):
                 return True
         raise StoreError("store s3 delete lost too many races in a row")
 
     def due_continuations(self, now: float, limit: int = 100) -> list[Continuation]:
         """Lists every continuation log: O(number of live continuations), meant for recovery."""
         due: list[Continuation] = []
-        for _, newest in self._heads_under("cont").values():
-            raw = self._get_bytes(newest)
+        for _, newest in self.heads_under("cont").values():
+            raw = self.get_bytes(newest)
             found = None if raw is None else self._continuation_of(json.loads(raw))
             if found is not None and found.next_run_at <= now:
                 due.append(found)

@@ -92,32 +92,32 @@ class S3GroupStore:
 
     # --- documents in logs ---------------------------------------------------------------------
     def _group_dir(self, group_id: str) -> str:
-        return self._objects._dir("groups", _segment(group_id))
+        return self._objects.log_dir("groups", _segment(group_id))
 
     def _index_dir(self, owner: str) -> str:
-        return self._objects._dir("owners", hashlib.sha256(owner.encode()).hexdigest()[:40])
+        return self._objects.log_dir("owners", hashlib.sha256(owner.encode()).hexdigest()[:40])
 
     def _replace(self, log_dir: str, doc: dict[str, Any], *, over_tombstone: bool) -> bool:
         """Write `doc` as the log's newest entry whatever the head is (a replace), retrying lost
         races; False (nothing written) when the head is a tombstone and `over_tombstone` is off."""
         for _ in range(MAX_RACE_ROUNDS):
-            head = self._objects._head(log_dir)
+            head = self._objects.head(log_dir)
             if head.doc is not None and head.doc.get("kind") == _TOMBSTONE and not over_tombstone:
                 return False
-            if self._objects._advance(log_dir, head.seq + 1, doc):
+            if self._objects.advance_log(log_dir, head.seq + 1, doc):
                 return True
         raise StoreError(f"boot-group store: writing '{log_dir}' lost too many races in a row")
 
     def _group_doc(self, group_id: str) -> dict[str, Any] | None:
         """The group's newest document: a group, a tombstone, or None (never written)."""
-        return self._objects._head(self._group_dir(group_id)).doc
+        return self._objects.head(self._group_dir(group_id)).doc
 
     def _current_records(self, kind: str, doc_kind: str) -> list[Any]:
         """The record of every log under `kind` whose newest document is a `doc_kind` (one listing,
         one GET per log)."""
         found = []
-        for _, newest in self._objects._heads_under(kind).values():
-            raw = self._objects._get_bytes(newest)
+        for _, newest in self._objects.heads_under(kind).values():
+            raw = self._objects.get_bytes(newest)
             doc = json.loads(raw) if raw is not None else None
             if doc is not None and doc.get("kind") == doc_kind:
                 found.append(doc["record"])
@@ -129,7 +129,7 @@ class S3GroupStore:
 
     # --- the owner's index: names and claims ---------------------------------------------------
     def _index(self, owner: str) -> tuple[int, dict[str, dict[str, Any]]]:
-        head = self._objects._head(self._index_dir(owner))
+        head = self._objects.head(self._index_dir(owner))
         entries = head.doc.get("groups", {}) if head.doc is not None else {}
         return head.seq, dict(entries)
 
@@ -155,7 +155,7 @@ class S3GroupStore:
             if not change(entries):
                 return
             doc = {"kind": _INDEX, "owner": owner, "groups": entries}
-            if self._objects._advance(log_dir, seq + 1, doc):
+            if self._objects.advance_log(log_dir, seq + 1, doc):
                 return
             time.sleep(random.uniform(0, BACKOFF_SECONDS * (attempt + 1)))
         raise StoreError("boot-group store: the owner's index lost too many races in a row")
@@ -199,13 +199,13 @@ class S3GroupStore:
     # --- groups --------------------------------------------------------------------------------
     def create_group(self, record: GroupRecord, items: Mapping[str, str]) -> None:
         group_dir = self._group_dir(record.group_id)
-        head = self._objects._head(group_dir)
+        head = self._objects.head(group_dir)
         if head.doc is not None and head.doc.get("kind") == _GROUP:
             raise StateConflict(f"boot group {record.group_id} exists already")
         record.owner = record.owner or self.owner
         self._update_index(record.owner, self._check_and_enter(record, items, _PENDING))
         record.created = record.created or self._clock()
-        if not self._objects._advance(group_dir, head.seq + 1, self._write_group(record)):
+        if not self._objects.advance_log(group_dir, head.seq + 1, self._write_group(record)):
             raise StateConflict(f"boot group {record.group_id} exists already")
         self._update_index(record.owner, self._set_state(record.group_id, _LIVE))
 
@@ -267,11 +267,11 @@ class S3GroupStore:
 
     # --- events --------------------------------------------------------------------------------
     def _event_dir(self, group_id: str) -> str:
-        return self._objects._dir("events", _segment(group_id))
+        return self._objects.log_dir("events", _segment(group_id))
 
     def _batches(self, group_id: str) -> list[_Batch]:
         found = []
-        for key in self._objects._list(self._event_dir(group_id)):
+        for key in self._objects.list_keys(self._event_dir(group_id)):
             stem = key.rsplit("/", 1)[-1].removesuffix(".json")
             seq, _, count = stem.partition("-")
             if seq.isdigit() and count.isdigit():
@@ -287,7 +287,7 @@ class S3GroupStore:
             batches = self._batches(group_id)
             seq = batches[-1].seq + 1 if batches else 1
             key = f"{self._event_dir(group_id)}{seq:0{_SEQ_DIGITS}d}-{len(kept):0{_COUNT_DIGITS}d}.json"
-            if self._objects._create(key, body):
+            if self._objects.create_object(key, body):
                 self._trim(batches + [_Batch(seq, len(kept), key)])
                 return
         raise StoreError("boot-group store: appending events lost too many races in a row")
@@ -301,7 +301,7 @@ class S3GroupStore:
             total -= batch.count
             dropped.append(batch.key)
         if dropped:
-            self._objects._delete_keys(dropped)
+            self._objects.delete_keys(dropped)
 
     def events(self, group_id: str, limit: int = MAX_EVENTS) -> list[Event]:
         if limit <= 0:
@@ -309,7 +309,7 @@ class S3GroupStore:
         newest_first: list[list[Event]] = []
         seen = 0
         for batch in reversed(self._batches(group_id)):
-            raw = self._objects._get_bytes(batch.key)
+            raw = self._objects.get_bytes(batch.key)
             if raw is None:  # trimmed meanwhile: everything older is too
                 break
             loaded = [Event(**item) for item in json.loads(raw)["events"]]
@@ -322,7 +322,7 @@ class S3GroupStore:
 
     # --- local instances -----------------------------------------------------------------------
     def _instance_dir(self, instance_id: str) -> str:
-        return self._objects._dir("instances", _segment(instance_id))
+        return self._objects.log_dir("instances", _segment(instance_id))
 
     def put_instance(self, record: InstanceRecord) -> None:
         record.created = record.created or self._clock()
@@ -330,7 +330,7 @@ class S3GroupStore:
                       over_tombstone=True)
 
     def get_instance(self, instance_id: str) -> InstanceRecord | None:
-        doc = self._objects._head(self._instance_dir(instance_id)).doc
+        doc = self._objects.head(self._instance_dir(instance_id)).doc
         return instance_from_json(doc["record"]) if doc is not None and doc.get("kind") == _INSTANCE else None
 
     def delete_instance(self, instance_id: str) -> None:
