@@ -355,10 +355,14 @@ class EcsBackend:
 
     # ------------------------------------------------------------------ for validation
     def has_guest_agent(self, vm: str) -> bool | None:
-        """Whether GuestAgentLiveness may attach to `vm`: False when DescribeCloudAssistantStatus
-        says "false", None when ECS does not list it (one call per direct member with that rule)."""
+        """Whether GuestAgentLiveness may attach to `vm`: False when DescribeCloudAssistantStatus says
+        "false" for a running instance, None when ECS cannot tell (not listed, or stopped: a stopped
+        instance's agent always reads "false"; the start's check then judges it)."""
         agent = self._assistant_status(vm)
-        return None if agent is None else agent == "true"
+        if agent is None or agent == "true":
+            return None if agent is None else True
+        # "false" is also what every stopped instance reads: only a running one's says it has no agent.
+        return False if self.vm_state(vm).running else None
 
     def _assistant_status(self, vm: str, timeout: float | None = None) -> str | None:
         """DescribeCloudAssistantStatus's CloudAssistantStatus of `vm` ("true"/"false"), None when absent."""

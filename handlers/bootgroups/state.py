@@ -171,8 +171,13 @@ class SqliteGroupStore:
         return [group_from_json(json.loads(row[0])) for row in rows]
 
     def save_group(self, record: GroupRecord) -> None:
+        """A removed group is not brought back by a late save (a checkpoint of a run still going when
+        the stack deleted it): it would hold no claims."""
         with self._tx() as conn:
-            self._write(conn, record)
+            record.owner = record.owner or self.owner
+            record.updated = time.time()
+            conn.execute("UPDATE groups SET name = ?, doc = ? WHERE group_id = ?",
+                         (record.name, json.dumps(dump(record)), record.group_id))
 
     def reclaim(self, record: GroupRecord, items: Mapping[str, str]) -> None:
         with self._tx() as conn:

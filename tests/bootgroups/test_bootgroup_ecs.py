@@ -297,3 +297,17 @@ def test_a_running_instance_seen_first_is_anchored_to_its_start_minute_never_ear
     later = time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime(minute + 120))   # restarted outside since
     assert backend._boot_estimate("i-known", later, minute + 3600) == minute + 180
     assert backend._boot_estimate("i-x", None, minute) is None
+
+
+@pytest.mark.slow
+def test_a_stopped_instance_is_not_refused_a_guest_agent_rule_for_reading_false(ecs: LocalECS) -> None:
+    """Every stopped ECS instance's Cloud Assistant reads "false": only a running one's "false" means
+    no agent, so a group of stopped instances can still be created with GuestAgentLiveness."""
+    backend = backend_for(ecs)
+    stopped = ecs.add_instance("stopped-with-agent", status=STOPPED)
+    running_without = ecs.add_instance("running-without", status=RUNNING, cloud_assistant=False)
+    running_with = ecs.add_instance("running-with", status=RUNNING)
+    assert ecs.wait_for_status(running_with, RUNNING, 5) and ecs.wait_for_status(running_without, RUNNING, 5)
+    assert backend.has_guest_agent(stopped) in (None, True)
+    assert backend.has_guest_agent(running_without) is False
+    assert backend.has_guest_agent(running_with) is True

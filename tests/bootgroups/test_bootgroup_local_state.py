@@ -54,6 +54,16 @@ def test_claims_keep_one_group_per_item_and_names_unique_until_released(store: S
     assert store.claims(["group:web"]) == {} and store.names() == ["second"]
 
 
+def test_a_late_save_does_not_bring_a_removed_group_back(store: SqliteGroupStore) -> None:
+    store.create_group(GroupRecord("g-late", "late"), {"instance:i-9": "Members[0].Instance"})
+    record = store.get_group("g-late")
+    assert record is not None
+    store.remove_group("g-late")
+    store.save_group(record)  # a checkpoint of a run still going when the stack deleted the group
+    assert store.get_group("g-late") is None and store.list_groups() == []
+    assert store.claims(["instance:i-9"]) == {}
+
+
 def test_concurrent_creates_claiming_one_instance_let_exactly_one_win(store: SqliteGroupStore) -> None:
     outcomes: list[str] = []
     barrier = threading.Barrier(8)
