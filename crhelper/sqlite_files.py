@@ -13,7 +13,7 @@ import sqlite3
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 #: Seconds a connection waits for another process's write lock before an operation fails.
 BUSY_SECONDS = 30.0
@@ -39,6 +39,17 @@ def connect(path: str | Path, *, busy_seconds: float = BUSY_SECONDS, rows: bool 
     if rows:
         conn.row_factory = sqlite3.Row
     return conn
+
+
+@contextmanager
+def opened(path: str | Path, **options: Any) -> Iterator[sqlite3.Connection]:
+    """A connection (`connect`'s options) closed on the way out: one per call, for files that
+    several processes write."""
+    conn = connect(path, **options)
+    try:
+        yield conn
+    finally:
+        conn.close()
 
 
 def use_wal(conn: sqlite3.Connection, wait: float = BUSY_SECONDS) -> None:

@@ -26,11 +26,11 @@ import sqlite3
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import ContextManager, Iterator, Mapping, Sequence
 
 from crhelper.operations.codec import dump
 from crhelper.paths import state_dir
-from crhelper.sqlite_files import connect, immediate, use_wal
+from crhelper.sqlite_files import immediate, opened, use_wal
 
 from .events import Event
 from .records import (  # re-exported: the provider, the CLI and tests import them from here
@@ -87,7 +87,7 @@ class SqliteGroupStore:
         self.path = Path(path) if path is not None else default_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.owner = owner or local_owner()
-        with self._connect() as conn:
+        with self._read() as conn:
             use_wal(conn)
             conn.executescript(SCHEMA)
 
@@ -96,25 +96,13 @@ class SqliteGroupStore:
         view.owner = owner
         return view
 
-    def _connect(self) -> sqlite3.Connection:
-        return connect(self.path, busy_seconds=BUSY_SECONDS)
-
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        conn = self._connect()
-        try:
-            with immediate(conn):
-                yield conn
-        finally:
-            conn.close()
-
-    @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        conn = self._connect()
-        try:
+        with self._read() as conn, immediate(conn):
             yield conn
-        finally:
-            conn.close()
+
+    def _read(self) -> ContextManager[sqlite3.Connection]:
+        return opened(self.path, busy_seconds=BUSY_SECONDS)
 
     # --- groups --------------------------------------------------------------------------------
     def _check_name(self, conn: sqlite3.Connection, record: GroupRecord) -> None:

@@ -15,11 +15,11 @@ import sqlite3
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, ContextManager, Iterator, Sequence
 
 from crhelper.logs import get_logger
 from crhelper.paths import state_dir
-from crhelper.sqlite_files import connect, immediate, use_wal
+from crhelper.sqlite_files import immediate, opened, use_wal
 
 from . import errors as E
 from . import validation as V
@@ -67,35 +67,20 @@ class RouteRepository:
         self.path = Path(path) if path is not None else default_db_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.default_domain = default_domain
-        conn = self._connect()
-        try:
+        with self._read() as conn:
             use_wal(conn)
             conn.executescript(SCHEMA)
-        finally:
-            conn.close()
 
     # --- plumbing ----------------------------------------------------------------------------
 
-    def _connect(self) -> sqlite3.Connection:
-        return connect(self.path, rows=True)
-
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        conn = self._connect()
-        try:
-            with immediate(conn):
-                yield conn
-                conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'version'")
-        finally:
-            conn.close()
-
-    @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        conn = self._connect()
-        try:
+        with self._read() as conn, immediate(conn):
             yield conn
-        finally:
-            conn.close()
+            conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'version'")
+
+    def _read(self) -> ContextManager[sqlite3.Connection]:
+        return opened(self.path, rows=True)
 
     def version(self) -> int:
         """Bumped by every committed write; the router polls it to reload."""
