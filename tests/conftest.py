@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -50,6 +51,17 @@ def providers() -> Iterator[Callable[..., Provider]]:
 def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep every test's persisted state out of the user's ~/.crhelper."""
     monkeypatch.setenv("CRHELPER_HOME", str(tmp_path_factory.mktemp("crhelper-home")))
+
+
+@pytest.fixture(autouse=True)
+def _framework_logging_restored() -> Iterator[None]:
+    """A provider's first request attaches the framework's JSON handler and stops propagation
+    (`crhelper.logs.configure`): put the `crhelper` logger back after each test, so a later test's
+    `caplog` sees the records whatever ran before it."""
+    logger = logging.getLogger("crhelper")
+    saved = (list(logger.handlers), logger.propagate, logger.level)
+    yield
+    logger.handlers[:], logger.propagate, logger.level = saved[0], saved[1], saved[2]
 
 
 def pytest_configure(config: pytest.Config) -> None:
