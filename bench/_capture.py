@@ -82,8 +82,7 @@ class CaptureServer:
 
     @property
     def base_url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"https://{host}:{port}"
+        return f"https://127.0.0.1:{self._httpd.server_address[1]}"  # bound to 127.0.0.1 above
 
     def record(self, delivery: Delivery) -> None:
         request_id = str((delivery.body or {}).get("RequestId", f"<unparsed:{delivery.path_token}>"))

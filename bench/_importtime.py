@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env", choices=("ours", "aws"), default="ours")
     parser.add_argument("--prefix", default="", help="only list modules whose name starts with this")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="environment for the child, e.g. BENCH_CA_FILE=/etc/ssl/certs/ca-certificates.crt")
+                        help="environment for the child, e.g. CRHELPER_STORE=none")
     args = parser.parse_args(argv)
     extra_env = dict(item.split("=", 1) for item in args.set)
     python = _venvs.ensure(_venvs.OURS if args.env == "ours" else _venvs.AWS)
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
           f"minimum over {args.runs} processes (ms)")
     print(f"{'cumulative':>10} {'self':>7}  module")
     listed = [n for n in best_cumulative if n.startswith(args.prefix)]
-    for name in sorted(listed, key=best_cumulative.get, reverse=True)[: args.top]:
+    for name in sorted(listed, key=lambda n: best_cumulative[n], reverse=True)[: args.top]:
         print(f"{best_cumulative[name] / 1000:10.1f} {best_self[name] / 1000:7.1f}  {'  ' * depth_of.get(name, 0)}{name}")
     per_package: collections.Counter[str] = collections.Counter()
     for name, value in best_self.items():

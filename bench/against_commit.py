@@ -63,12 +63,13 @@ def main(argv: list[str] | None = None) -> int:
                           capture_output=True, text=True).stdout.strip()
     print(f"$ python bench/against_commit.py --baseline {args.baseline} --pairs {args.pairs}")
     print(machine_line())
-    print(f"ours: working tree at {head} (uncommitted changes included); baseline: {rev}; trust: system CAs + bench CA")
+    print(f"ours: working tree at {head} (uncommitted changes included); baseline: {rev}")
     with tempfile.TemporaryDirectory(prefix="crhelper-against-") as tmp:
         workdir = Path(tmp)
         tree = export_tree(args.baseline, workdir / "baseline")
-        server_context, trust_file = make_tls(workdir, "system")
-        contenders = build_contenders(trust_file)
+        server_context, trust = make_tls(workdir, "system")
+        print(f"trust: {trust.mode}")
+        contenders = build_contenders(trust.env)
         rows = []
         worst = 0.0
         with CaptureServer(server_context) as server:

@@ -1,14 +1,18 @@
-"""Cold start and warm throughput: crhelper for ROS vs AWS crhelper 2.0.12 vs a bare stdlib handler (issue 2).
+"""Cold start and warm throughput: crhelper for ROS vs AWS crhelper 2.0.12 vs the leanest stdlib handler (issues 2, 18).
 
-    python bench/cold_warm.py [--runs N] [--warm-requests N] [--warm-rounds N] [--warm-cap S] [--trust system|bench-ca]
+    python bench/cold_warm.py [--pairs N] [--warm-requests N] [--warm-rounds N] [--warm-cap S] [--trust system|bench-ca]
 
 Every contender answers the same Create of Custom::Greeting and really delivers its response over
-HTTPS to a loopback server with a throw-away trustme certificate; each delivery is checked after
-the run. Cold: a fresh process per run (wall time spawn to exit, CPU time, spawn to response
-arrival, peak RSS as the child's own VmHWM), contenders interleaved round-robin. Warm: one process
-per contender and round answering --warm-requests distinct requests; median req/s of the rounds.
-Each contender runs from its own virtual environment under bench/.venvs/ (created on first use).
-Exit status: 0 when every target of issue 2 is met, 1 when one is missed, 2 when a contender failed.
+HTTPS to a loopback server whose certificate comes from a throw-away CA that the bench adds to the
+system trust for its own children (`_trust.py`): every contender verifies TLS with its default,
+production trust and no CA setting of its own. Each delivery is checked after the run.
+Cold: fresh processes in interleaved pairs (ours, peer, ours, peer ...), at least --pairs per
+comparison; the targets are judged on the median of the per-pair ratios (min and max shown), the
+absolute medians are printed beside them. Warm: one process per contender and round answering
+--warm-requests distinct requests; median req/s of the rounds.
+Each contender runs from its own virtual environment under bench/.venvs/ (created on first use,
+bytecode cached by an untimed first run). Exit status: 0 when every target is met, 1 when one is
+missed, 2 when a contender failed.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ REPO = BENCH.parent
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
+import _trust  # noqa: E402
 import _venvs  # noqa: E402
 from _capture import CaptureServer  # noqa: E402
 from _events import cfn_create, delivery_problem, ros_create  # noqa: E402
@@ -68,14 +73,12 @@ class Contender:
         return cfn_create(base_url) if self.shape == "cfn" else ros_create(base_url)
 
 
-def build_contenders(trust_file: Path, ours_extra: dict[str, str] | None = None) -> dict[str, Contender]:
-    # Ours trusts the same CAs as a hashed directory (CRHELPER_CA_BUNDLE accepts one), as its default
-    # does with the system store; the others read the bundle file, which is all they support.
-    trust_dir = trust_file.parent / "trust.d"
-    ours_env = {"PYTHONPATH": str(REPO), "CRHELPER_CA_BUNDLE": str(trust_dir if trust_dir.is_dir() else trust_file),
-                **(ours_extra or {})}
+def build_contenders(trust_env: dict[str, str], ours_extra: dict[str, str] | None = None) -> dict[str, Contender]:
+    """Every contender as its users deploy it, with no CA setting of its own: they all trust the system
+    store (which the bench extends with its CA, `_trust.py`), or, failing that, `trust_env` for all."""
+    ours_env = {"PYTHONPATH": str(REPO), **trust_env, **(ours_extra or {})}
     aws_env = {
-        "SSL_CERT_FILE": str(trust_file),  # crhelper builds ssl.create_default_context() per response
+        **trust_env,
         "AWS_REGION": "us-east-1",
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_ACCESS_KEY_ID": "AKIABENCHFAKE000000",
@@ -84,20 +87,38 @@ def build_contenders(trust_file: Path, ours_extra: dict[str, str] | None = None)
         "AWS_LAMBDA_FUNCTION_NAME": "bench-greeting",
     }
     samples = REPO / "samples"
+    fc_ours = {**FC_ENV, **ours_env}
     entries = [
-        Contender("ours", "ours (pydantic), FC ctx", _venvs.OURS, "greeting:handler", samples, "ros", "fc", {**FC_ENV, **ours_env}),
+        Contender("ours", "ours (pydantic), FC ctx", _venvs.OURS, "greeting:handler", samples, "ros", "fc", fc_ours),
         Contender("ours-noctx", "ours (pydantic), no ctx", _venvs.OURS, "greeting:handler", samples, "ros", "none", ours_env),
-        Contender("ours-msgspec", "ours (msgspec), FC ctx", _venvs.OURS, "greeting_fast:handler", samples, "ros", "fc",
-                  {**FC_ENV, **ours_env}),
-        Contender("ours-dict", "ours (dict), FC ctx", _venvs.OURS, "_ours_dict:handler", BENCH, "ros", "fc", {**FC_ENV, **ours_env}),
+        Contender("ours-msgspec", "ours (msgspec), FC ctx", _venvs.OURS, "greeting_fast:handler", samples, "ros", "fc", fc_ours),
+        Contender("ours-dict", "ours (dict), FC ctx", _venvs.OURS, "_ours_dict:handler", BENCH, "ros", "fc", fc_ours),
         Contender("ours-dict-noctx", "ours (dict), no ctx", _venvs.OURS, "_ours_dict:handler", BENCH, "ros", "none", ours_env),
         Contender("aws", "AWS crhelper 2.0.12", _venvs.AWS, "_aws_greeting:handler", BENCH, "cfn", "lambda", aws_env),
-        Contender("bare", "bare stdlib", _venvs.OURS, "_bare:handler", BENCH, "ros", "none", {"BENCH_CA_FILE": str(trust_file)}),
+        Contender("bare", "bare stdlib", _venvs.OURS, "_bare:handler", BENCH, "ros", "none", dict(trust_env)),
+        Contender("bare-pydantic", "bare + pydantic model", _venvs.OURS, "_bare_pydantic:handler", BENCH, "ros", "none",
+                  dict(trust_env)),
     ]
     return {c.key: c for c in entries}
 
 
-COLD = ("ours", "ours-msgspec", "ours-dict", "aws", "bare")
+@dataclass(frozen=True)
+class Comparison:
+    """Ours against one peer, timed as interleaved pairs; `limit` is the issue's target (None: reported only)."""
+
+    ours: str
+    peer: str
+    limit: float | None
+
+
+#: Issue 18's cold-start targets, and the ratios the README quotes.
+COMPARISONS = (
+    Comparison("ours", "bare-pydantic", 1.1),
+    Comparison("ours-msgspec", "aws", 0.4),
+    Comparison("ours-dict", "aws", 0.4),
+    Comparison("ours", "aws", None),
+    Comparison("ours-dict", "bare", None),
+)
 WARM = ("ours", "ours-noctx", "ours-msgspec", "ours-dict", "ours-dict-noctx", "aws", "bare")
 
 
@@ -235,45 +256,16 @@ class Runner:
 # --- TLS -------------------------------------------------------------------------------------------
 
 
-def make_trust_dir(workdir: Path, ca_pem: bytes, trust: str) -> Path:
-    """The same trust as the file, as an OpenSSL hashed directory (system CAs linked + the bench CA),
-    which is how a default install finds CAs without parsing the whole bundle."""
-    import subprocess
-
-    directory = workdir / "trust.d"
-    directory.mkdir()
-    if trust == "system":
-        system_dir = Path(ssl.get_default_verify_paths().capath)
-        for entry in system_dir.iterdir():
-            if entry.name[:8].isalnum() and entry.suffix[1:].isdigit():
-                (directory / entry.name).symlink_to(entry.resolve())
-    (directory / "bench-ca.pem").write_bytes(ca_pem)
-    subject_hash = subprocess.run(["openssl", "x509", "-subject_hash", "-noout", "-in", str(directory / "bench-ca.pem")],
-                                  capture_output=True, text=True, check=True).stdout.strip()
-    index = 0
-    while (directory / f"{subject_hash}.{index}").exists():
-        index += 1
-    (directory / f"{subject_hash}.{index}").symlink_to(directory / "bench-ca.pem")
-    return directory
-
-
-def make_tls(workdir: Path, trust: str) -> tuple[ssl.SSLContext, Path]:
-    """A throw-away CA and a 127.0.0.1 server certificate; the file contenders trust (CA alone, or system + CA)."""
+def make_tls(workdir: Path, trust: str) -> tuple[ssl.SSLContext, _trust.Trust]:
+    """A throw-away CA and a 127.0.0.1 server certificate, the CA put into every contender's trust
+    (`_trust.install`: the system store itself where possible). Call before any thread starts."""
     import trustme
 
     ca = trustme.CA()
     server_cert = ca.issue_cert("127.0.0.1", "localhost")
     server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_cert.configure_cert(server_context)
-    ca_pem = ca.cert_pem.bytes()
-    trust_file = workdir / "trust.pem"
-    if trust == "system":
-        system = Path(ssl.get_default_verify_paths().openssl_cafile).resolve()
-        trust_file.write_bytes(system.read_bytes().rstrip(b"\n") + b"\n" + ca_pem)
-    else:
-        trust_file.write_bytes(ca_pem)
-    make_trust_dir(workdir, ca_pem, trust)
-    return server_context, trust_file
+    return server_context, _trust.install(workdir, ca.cert_pem.bytes(), trust)
 
 
 # --- measurements --------------------------------------------------------------------------------
@@ -288,6 +280,23 @@ class ColdSamples:
     import_s: list[float] = field(default_factory=list)
     handle_s: list[float] = field(default_factory=list)
 
+    def add(self, child: ChildRun) -> None:
+        self.wall_s.append(child.wall_s)
+        self.cpu_s.append(child.cpu_s)
+        self.to_response_s.append(child.first_response_s)
+        self.rss_kib.append(child.maxrss_kib)
+        self.import_s.append(float((child.result or {}).get("import_s", 0.0)))
+        self.handle_s.append(float((child.result or {}).get("loop_s", 0.0)))
+
+
+@dataclass
+class PairRatios:
+    """ours / peer of each interleaved pair, for wall time, CPU time and spawn-to-response."""
+
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    to_response: list[float] = field(default_factory=list)
+
 
 def rotate(items: list[Any], by: int) -> list[Any]:
     """Round-robin order that changes every run, so no contender always runs right after another."""
@@ -295,25 +304,31 @@ def rotate(items: list[Any], by: int) -> list[Any]:
     return items[shift:] + items[:shift]
 
 
-def measure_cold(runner: Runner, contenders: list[Contender], runs: int) -> tuple[dict[str, ColdSamples], ColdSamples]:
-    samples = {c.key: ColdSamples() for c in contenders}
+def measure_cold(runner: Runner, contenders: dict[str, Contender], comparisons: tuple[Comparison, ...],
+                 pairs: int) -> tuple[dict[str, ColdSamples], dict[Comparison, PairRatios], ColdSamples]:
+    """`pairs` pairs per comparison, each pair ours then its peer back to back (so the sequence is ours,
+    peer, ours, peer ...), the comparisons taken in turn so that load drift spreads over all of them."""
+    keys = sorted({k for c in comparisons for k in (c.ours, c.peer)})
+    samples = {key: ColdSamples() for key in keys}
+    ratios = {c: PairRatios() for c in comparisons}
     empty = ColdSamples()
-    for contender in contenders:  # untimed: compiles .pyc files and warms the page cache for everyone
-        runner.run(contender, 1, 0, timeout=60)
+    for key in keys:  # untimed: compiles .pyc files and warms the page cache for everyone
+        runner.run(contenders[key], 1, 0, timeout=60)
     runner.empty_interpreter(timeout=30)
-    for index in range(runs):
-        for contender in rotate(contenders, index):
-            child = runner.run(contender, 1, 0, timeout=60)
-            samples[contender.key].wall_s.append(child.wall_s)
-            samples[contender.key].cpu_s.append(child.cpu_s)
-            samples[contender.key].to_response_s.append(child.first_response_s)
-            samples[contender.key].rss_kib.append(child.maxrss_kib)
-            samples[contender.key].import_s.append(float((child.result or {}).get("import_s", 0.0)))
-            samples[contender.key].handle_s.append(float((child.result or {}).get("loop_s", 0.0)))
+    for _ in range(pairs):
+        for comparison in comparisons:
+            ours = runner.run(contenders[comparison.ours], 1, 0, timeout=60)
+            peer = runner.run(contenders[comparison.peer], 1, 0, timeout=60)
+            samples[comparison.ours].add(ours)
+            samples[comparison.peer].add(peer)
+            found = ratios[comparison]
+            found.wall.append(ratio(ours.wall_s, peer.wall_s))
+            found.cpu.append(ratio(ours.cpu_s, peer.cpu_s))
+            found.to_response.append(ratio(ours.first_response_s, peer.first_response_s))
         wall, rss = runner.empty_interpreter(timeout=30)
         empty.wall_s.append(wall)
         empty.rss_kib.append(rss)
-    return samples, empty
+    return samples, ratios, empty
 
 
 @dataclass
@@ -338,27 +353,41 @@ def measure_warm(runner: Runner, contenders: list[Contender], requests: int, rou
 # --- report ----------------------------------------------------------------------------------------
 
 
-def cold_report(contenders: list[Contender], samples: dict[str, ColdSamples], empty: ColdSamples) -> str:
-    aws, bare = samples["aws"], samples["bare"]
+def cold_report(contenders: dict[str, Contender], samples: dict[str, ColdSamples], empty: ColdSamples) -> str:
+    """Absolute medians per contender over every run it took part in (its pairs pooled)."""
     rows = []
-    for contender in contenders:
-        s = samples[contender.key]
+    for key, s in samples.items():
         rows.append([
-            contender.label,
+            contenders[key].label, f"{len(s.wall_s)}",
             f"{median(s.wall_s) * 1000:.0f}", f"{p90(s.wall_s) * 1000:.0f}", f"{median(s.cpu_s) * 1000:.0f}",
             f"{median(s.to_response_s) * 1000:.0f}",
             f"{median(s.rss_kib) / MIB:.1f}", f"{p90(s.rss_kib) / MIB:.1f}",
             f"{median(s.import_s) * 1000:.0f}", f"{median(s.handle_s) * 1000:.0f}",
             f"{median([w - i - h for w, i, h in zip(s.wall_s, s.import_s, s.handle_s)]) * 1000:.0f}",
-            f"{ratio(median(s.wall_s), median(aws.wall_s)):.2f}x", f"{ratio(median(s.rss_kib), median(aws.rss_kib)):.2f}x",
-            f"{ratio(median(s.wall_s), median(bare.wall_s)):.2f}x", f"{ratio(median(s.rss_kib), median(bare.rss_kib)):.2f}x",
         ])
     rows.append([
-        "(empty interpreter: -c pass)", f"{median(empty.wall_s) * 1000:.0f}", f"{p90(empty.wall_s) * 1000:.0f}", "-", "-",
-        f"{median(empty.rss_kib) / MIB:.1f}", f"{p90(empty.rss_kib) / MIB:.1f}", "-", "-", "-", "", "", "", "",
+        "(empty interpreter: -c pass)", f"{len(empty.wall_s)}", f"{median(empty.wall_s) * 1000:.0f}",
+        f"{p90(empty.wall_s) * 1000:.0f}", "-", "-", f"{median(empty.rss_kib) / MIB:.1f}", f"{p90(empty.rss_kib) / MIB:.1f}",
+        "-", "-", "-",
     ])
-    headers = ["cold start (spawn -> exit)", "wall ms", "p90", "CPU ms", "to resp ms", "RSS MiB", "p90", "import ms",
-               "1st req ms", "rest ms", "wall/aws", "rss/aws", "wall/bare", "rss/bare"]
+    headers = ["cold start (spawn -> exit)", "runs", "wall ms", "p90", "CPU ms", "to resp ms", "RSS MiB", "p90",
+               "import ms", "1st req ms", "rest ms"]
+    return table(headers, rows)
+
+
+def pairs_report(contenders: dict[str, Contender], ratios: dict[Comparison, PairRatios], samples: dict[str, ColdSamples]) -> str:
+    """Medians of the per-pair ratios, with min and max: what the targets are judged on."""
+    rows = []
+    for comparison, found in ratios.items():
+        rows.append([
+            f"{contenders[comparison.ours].label} / {contenders[comparison.peer].label}", f"{len(found.wall)}",
+            f"{median(found.wall):.3f}", f"{min(found.wall):.3f}", f"{max(found.wall):.3f}",
+            f"{median(found.cpu):.3f}", f"{min(found.cpu):.3f}", f"{max(found.cpu):.3f}", f"{median(found.to_response):.3f}",
+            f"{ratio(median(samples[comparison.ours].rss_kib), median(samples[comparison.peer].rss_kib)):.2f}",
+            "-" if comparison.limit is None else f"<= {comparison.limit:.2f}",
+        ])
+    headers = ["cold start, ours / peer (per pair)", "pairs", "wall median", "min", "max", "CPU median", "min", "max",
+               "to resp", "RSS", "target"]
     return table(headers, rows)
 
 
@@ -379,22 +408,31 @@ def warm_report(contenders: list[Contender], warm: dict[str, WarmSamples]) -> st
     return table(headers, rows)
 
 
-def verdicts(samples: dict[str, ColdSamples], warm: dict[str, WarmSamples], labels: dict[str, str]) -> list[Verdict]:
-    """The issue's targets, judged on wall time; CPU-time and spawn-to-response ratios ride along as notes."""
-    aws, bare_cpu = samples["aws"], median(warm["bare"].cpu_per_request_s)
+def cold_verdicts(ratios: dict[Comparison, PairRatios], labels: dict[str, str]) -> list[Verdict]:
+    """Issue 18's targets on the medians of the per-pair ratios, for wall time and for CPU time: wall time
+    is what a cold start costs, CPU time what stays steady while other sessions load these cores; a target
+    holds only when both do."""
     found = []
-    for key in ("ours", "ours-msgspec", "ours-dict"):
-        s = samples[key]
-        note = (f"CPU time {ratio(median(s.cpu_s), median(aws.cpu_s)):.2f}, "
-                f"spawn-to-response {ratio(median(s.to_response_s), median(aws.to_response_s)):.2f}")
-        found.append(Verdict(f"cold wall {labels[key]} / AWS crhelper", ratio(median(s.wall_s), median(aws.wall_s)), 0.4, False,
-                             note=note))
-        found.append(Verdict(f"cold RSS {labels[key]} / AWS crhelper", ratio(median(s.rss_kib), median(aws.rss_kib)), 1.0, False,
-                             strict=True))
+    for comparison, pair in ratios.items():
+        if comparison.limit is None:
+            continue
+        name = f"{labels[comparison.ours]} / {labels[comparison.peer]}"
+        found.append(Verdict(f"cold wall {name}", median(pair.wall), comparison.limit, False,
+                             note=f"pairs {len(pair.wall)}, min {min(pair.wall):.2f}, max {max(pair.wall):.2f}; "
+                                  f"spawn-to-response {median(pair.to_response):.2f}"))
+        found.append(Verdict(f"cold CPU  {name}", median(pair.cpu), comparison.limit, False,
+                             note=f"min {min(pair.cpu):.2f}, max {max(pair.cpu):.2f}"))
+    return found
+
+
+def warm_verdicts(warm: dict[str, WarmSamples], labels: dict[str, str]) -> list[Verdict]:
+    """Issue 2's warm target, on requests/s and on CPU per request (the steadier reading on shared cores)."""
+    bare_rate, bare_cpu = median(warm["bare"].rates), median(warm["bare"].cpu_per_request_s)
+    found = []
     for key in ("ours", "ours-noctx", "ours-msgspec", "ours-dict", "ours-dict-noctx"):
-        note = f"by CPU per request {ratio(bare_cpu, median(warm[key].cpu_per_request_s)):.2f}"
-        found.append(Verdict(f"warm {labels[key]} / bare", ratio(median(warm[key].rates), median(warm["bare"].rates)), 0.8, True,
-                             note=note))
+        found.append(Verdict(f"warm {labels[key]} / bare, req/s", ratio(median(warm[key].rates), bare_rate), 0.8, True))
+        found.append(Verdict(f"warm {labels[key]} / bare, CPU per request", ratio(bare_cpu, median(warm[key].cpu_per_request_s)),
+                             0.8, True))
     return found
 
 
@@ -404,11 +442,17 @@ def machine_line() -> str:
             f"date {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}")
 
 
+def load_line() -> str:
+    """Other sessions share these cores: every run notes the load average it ran under."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f}"
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=15, help="cold-start runs per contender (default 15)")
+    parser.add_argument("--pairs", type=int, default=20, help="interleaved cold-start pairs per comparison (default 20)")
     parser.add_argument("--warm-requests", type=int, default=500, help="timed requests per warm process (default 500)")
-    parser.add_argument("--warm-rounds", type=int, default=3, help="warm processes per contender (default 3)")
+    parser.add_argument("--warm-rounds", type=int, default=3, help="warm processes per contender (default 3; 0 skips warm)")
     parser.add_argument("--warm-cap", type=float, default=8.0, metavar="SECONDS",
                         help="stop a warm process's timed loop after this long even if requests remain "
                              "(keeps the slow contender from dominating the run time; 0 = no cap; default 8)")
@@ -421,8 +465,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if any("=" not in item for item in args.ours_env):
         parser.error("--ours-env takes KEY=VALUE")
-    if args.runs < 1 or args.warm_requests < 1 or args.warm_rounds < 1:
-        parser.error("--runs, --warm-requests and --warm-rounds must be at least 1")
+    if args.pairs < 1 or args.warm_requests < 1 or args.warm_rounds < 0:
+        parser.error("--pairs and --warm-requests must be at least 1, --warm-rounds at least 0")
     return args
 
 
@@ -431,34 +475,41 @@ def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> i
     began = time.monotonic()
     pythons = {spec.name: _venvs.ensure(spec, out) for spec in (_venvs.OURS, _venvs.AWS)}
     out(f"$ python bench/cold_warm.py {' '.join(sys.argv[1:] if argv is None else argv)}".rstrip())
-    out(machine_line())
+    out(machine_line() + "; " + load_line())
     extra = f" ours-env={','.join(args.ours_env)}" if args.ours_env else ""
-    out(f"runs={args.runs} warm-requests={args.warm_requests} warm-rounds={args.warm_rounds} trust={args.trust}{extra}; "
+    out(f"pairs={args.pairs} warm-requests={args.warm_requests} warm-rounds={args.warm_rounds}{extra}; "
         "every response delivered over HTTPS to 127.0.0.1 and checked")
     with tempfile.TemporaryDirectory(prefix="crhelper-bench-") as tmp:
         workdir = Path(tmp)
-        server_context, trust_file = make_tls(workdir, args.trust)
-        contenders = build_contenders(trust_file, dict(item.split("=", 1) for item in args.ours_env))
-        labels = {key: c.label for key, c in contenders.items()}
-        with CaptureServer(server_context) as server:
-            runner = Runner(server, workdir, pythons)
-            try:
-                cold_list = [contenders[k] for k in COLD]
-                samples, empty = measure_cold(runner, cold_list, args.runs)
-                out("")
-                out(cold_report(cold_list, samples, empty))
-                warm_list = [contenders[k] for k in WARM]
-                warm = measure_warm(runner, warm_list, args.warm_requests, args.warm_rounds, args.warm_cap)
-            except BenchError as exc:
-                out(f"ERROR: {exc}")
-                return 2
+        server_context, trust = make_tls(workdir, args.trust)
+        out(f"trust: {trust.mode}")
+        try:
+            contenders = build_contenders(trust.env, dict(item.split("=", 1) for item in args.ours_env))
+            labels = {key: c.label for key, c in contenders.items()}
+            with CaptureServer(server_context) as server:
+                runner = Runner(server, workdir, pythons)
+                try:
+                    samples, ratios, empty = measure_cold(runner, contenders, COMPARISONS, args.pairs)
+                    out("")
+                    out(cold_report(contenders, samples, empty))
+                    out("")
+                    out(pairs_report(contenders, ratios, samples))
+                    results = cold_verdicts(ratios, labels)
+                    if args.warm_rounds:
+                        warm_list = [contenders[k] for k in WARM]
+                        warm = measure_warm(runner, warm_list, args.warm_requests, args.warm_rounds, args.warm_cap)
+                        out("")
+                        out(warm_report(warm_list, warm))
+                        results += warm_verdicts(warm, labels)
+                except BenchError as exc:
+                    out(f"ERROR: {exc}")
+                    return 2
+        finally:
+            trust.close()
     out("")
-    out(warm_report(warm_list, warm))
-    out("")
-    results = verdicts(samples, warm, labels)
     for verdict in results:
         out(verdict.line())
-    out(f"\ntotal bench time {time.monotonic() - began:.0f} s")
+    out(f"\n{load_line()}; total bench time {time.monotonic() - began:.0f} s")
     return 0 if all(v.passed for v in results) else 1
 
 

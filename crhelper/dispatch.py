@@ -34,7 +34,7 @@ from .response import (
 _log = get_logger("dispatch")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # eq=False: never compared; fewer generated methods on the cold start
 class Orphaned:
     """A FAILED Create whose handler did produce a resource (its answer could not be sent as is):
     the lifecycle records `physical_id` so that the Delete that follows cleans it up."""

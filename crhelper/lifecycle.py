@@ -24,6 +24,7 @@ The rules, all enforced here on top of the store's atomic primitives:
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
@@ -39,6 +40,7 @@ from .request import Request, parse_request
 from .response import InProgress, fit_to_limit
 from .store import ClaimStatus, Continuation, IdempotencyKey, IdempotencyRecord, RecordState, Store, new_continuation_id
 from .store.base import DELIVERED_ATTEMPT, FINISHED_ATTEMPT
+from .store.budget import seconds_left
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -47,7 +49,8 @@ _log = get_logger("lifecycle")
 
 #: How often a duplicate in-band request checks whether the delivery in flight has finished.
 IN_FLIGHT_POLL = 0.1
-#: A re-entry arriving this early is still accepted (timers and FC's delay are not exact).
+#: A re-entry arriving up to this early waits for the due time and runs the step; one arriving
+#: earlier re-schedules itself (timers and FC's delay are not exact; FC re-entries are sent early).
 EARLY_TOLERANCE = 1.0
 #: A follow-up fires this long after the lease it waits for ends.
 FOLLOW_UP_SLACK = 0.5
@@ -167,10 +170,11 @@ class Lifecycle:
         is_dead: Callable[[str], bool] = holder.is_dead,
         renew_in_background: bool = True,
         new_id: Callable[[], str] = new_continuation_id,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         """`identity`, `is_dead`, `renew_in_background=False` (leases renewed only by explicit
         `renew(hold)` calls on `holds()`) and `new_id` (operation ids) let a model check simulate
-        several processes in one, deterministically."""
+        several processes in one, deterministically; `sleep` waits on `clock`'s scale."""
         self.registry = registry
         self.store = store
         self.default_type = default_type
@@ -180,6 +184,7 @@ class Lifecycle:
         self.identity = identity
         self.is_dead = is_dead
         self.new_id = new_id
+        self.sleep = sleep
         self._renewer = _Renewer(self, background=renew_in_background)
 
     # entry points ------------------------------------------------------------------------
@@ -291,12 +296,21 @@ class Lifecycle:
             if taken is None:
                 return None
             record = taken
-        if not self._takeable(continuation, now):
-            if continuation.holder:
-                self._follow_up(operation_id, continuation.next_run_at - now, reentry)
-            else:
-                _log.info("re-entry before the operation is due: ignored")
+        if not continuation.holder and continuation.next_run_at > now:
+            early = continuation.next_run_at - now
+            if early > EARLY_TOLERANCE or early > seconds_left(math.inf) / 2:
+                self._reschedule(operation_id, early, reentry)
+                return None
+            # Arrived early on purpose (FC re-invocations are sent up to a second ahead to hide their
+            # overheads): wait for the due time here rather than run the step before it.
+            self._prepare(reentry)
+            self.sleep(early)
+            now = max(self.clock(), continuation.next_run_at)
+        elif not self._takeable(continuation, now):
+            self._follow_up(operation_id, continuation.next_run_at - now, reentry)
             return None
+        elif continuation.attempt > 0:
+            self._prepare(reentry)
         if continuation.holder:
             _log.warning("resuming an operation whose step was abandoned (its process died or its lease lapsed)")
         held = dataclasses.replace(continuation, next_run_at=now + self.step_lease, holder=self.identity())
@@ -523,6 +537,27 @@ class Lifecycle:
             return continuation.next_run_at <= now or self.is_dead(continuation.holder)
         return continuation.next_run_at <= now + EARLY_TOLERANCE
 
+    def _reschedule(self, operation_id: str, early: float, reentry: Reentry | None) -> None:
+        """A re-entry too early to wait for (a platform that does not honour the delay): call again
+        when the operation is due; the store is unchanged, so a failure leaves it to recovery."""
+        if reentry is None or reentry.unavailable_reason:
+            _log.info("re-entry before the operation is due: ignored")
+            return
+        try:
+            getattr(reentry, "schedule_step", reentry.schedule)(operation_id, early)
+        except Exception as exc:
+            _log.warning("could not re-schedule an early re-entry", extra={"fields": {"error": exception_reason(exc)}})
+            return
+        _log.info("re-entry before the operation is due: re-scheduled", extra={"fields": {"in": round(early, 2)}})
+
+    @staticmethod
+    def _prepare(reentry: Reentry | None) -> None:
+        """Let the re-entry path get ready (import its SDK) while this step waits or runs: a step
+        that is not the first is likely to schedule another one."""
+        prepare = getattr(reentry, "prepare", None)
+        if prepare is not None:
+            threading.Thread(target=prepare, name="crhelper-reentry-prepare", daemon=True).start()
+
     def _follow_up(self, operation_id: str, wait: float, reentry: Reentry | None) -> bool:
         """Schedule a check of the operation when its holder's lease ends; False if impossible."""
         if reentry is None or reentry.unavailable_reason:
@@ -670,6 +705,8 @@ class Lifecycle:
         if reentry is None or unavailable:
             return self._finish(key, request, hold,
                                 failed_response(request, f"the handler returned InProgress, but {unavailable}"))
+        if request.attempt <= 0:
+            self._prepare(reentry)  # beside the store writes below (a first step was not prepared for)
         current = self._release(hold)
         if hold.lost:
             _log.warning("lost the operation to another process while running a step: dropping this result")
@@ -689,7 +726,7 @@ class Lifecycle:
         # continuation alone decides whether a step is due or stalled.
         self.store.renew(key, current.id, max(0.0, deadline - now) + self.step_lease)
         try:
-            reentry.schedule(current.id, delay)
+            getattr(reentry, "schedule_step", reentry.schedule)(current.id, delay)
         except Exception as exc:  # the continuation is stored: recovery or a redelivery can still resume it
             _log.error("could not schedule the next call", extra={"fields": {"error": exception_reason(exc)}})
         _log.info(IN_PROGRESS_LOG_MESSAGE, extra={"fields": {"attempt": continuation.attempt, "delay": delay, "via": reentry.name}})

@@ -29,8 +29,11 @@ if TYPE_CHECKING:
 
 #: On Function Compute with no CRHELPER_STORE: private to one instance (one process), so only duplicates
 #: that reach the same instance are absorbed, and long-running operations are refused (they need a
-#: shared store). In memory: a file in /tmp would be just as private and slower.
-FC_INSTANCE_STORE = "sqlite://:memory:"
+#: shared store). A dict in the process (`crhelper.store.memory`): a file in /tmp would be just as
+#: private, and sqlite costs a cold start about 10 ms more.
+FC_INSTANCE_STORE = "memory://"
+#: Store URLs private to one process: on Function Compute, as the default above.
+PROCESS_PRIVATE_STORES = frozenset({"memory://", "sqlite://:memory:"})
 DEFAULT_LOCAL_STEP_LEASE = 60.0
 #: Stands for "the store object given in code" where a URL is expected.
 GIVEN_STORE = "<given store object>"
@@ -76,10 +79,11 @@ class ProviderServices:
         explicit = self._configured_store
         if self._given_store() is not None:
             return GIVEN_STORE, False
-        if isinstance(explicit, str):
-            return explicit, False
-        if settings.store_url:
-            return settings.store_url, False
+        if isinstance(explicit, str) or settings.store_url:
+            # Given explicitly: a process-private store on FC is what the default is, and is refused
+            # long operations the same way (a re-entry landing on another instance would find nothing).
+            url = explicit if isinstance(explicit, str) else str(settings.store_url)
+            return url, settings.on_function_compute and url.strip().lower() in PROCESS_PRIVATE_STORES
         if settings.on_function_compute:
             return FC_INSTANCE_STORE, True
         return _default_url(str(home())), False

@@ -50,11 +50,12 @@ def config_from_args(args: argparse.Namespace) -> EndpointConfig:
         raise EndpointConfigError(f"--signature-variant: {exc}") from None
     # Options the command line leaves unset keep the endpoint's own defaults.
     optional = {key: value for key, value in (("sync_within", args.sync_within), ("max_body", args.max_body),
-                                              ("max_skew", args.max_skew)) if value is not None}
+                                              ("max_skew", args.max_skew), ("backlog", args.backlog),
+                                              ("queue_bytes", args.queue_bytes), ("start_within", args.start_within))
+                if value is not None}
     config = EndpointConfig(
         mode=args.mode,
         workers=args.workers,
-        backlog=args.backlog,
         inline=args.inline,
         ack_status=args.ack_status,
         overload_status=args.overload_status,

@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
             security_token=credentials.security_token,
             concurrency=args.concurrency, wait_seconds=args.wait_seconds,
             visibility_timeout=args.visibility_timeout, extend_every=args.extend_every,
-            grace=args.grace, reentry=args.reentry,
+            grace=args.grace, reentry=args.reentry, prefetch=args.prefetch,
         )
     except ValueError as exc:
         print(f"crhelper worker: {exc}", file=sys.stderr)

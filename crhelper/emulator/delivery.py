@@ -107,6 +107,10 @@ class StackDelivery:
         self.workers = workers
         self.server = ResponseServer()
         self.delivered: list[Delivered] = []
+        self._unanswered: dict[str, list[int]] = {}  # RequestId -> indexes in `delivered` still without a status
+        self._index_lock = threading.Lock()
+        self._by_token: dict[str, list[Capture]] = {}  # URL token -> its captures, in arrival order
+        self._indexed = 0  # how many of the server's captures are in `_by_token`
         self._lock = threading.Lock()
         self._providers: dict[str, Any] = {}
         self._fc: FcRoute | None = None
@@ -251,6 +255,8 @@ class StackDelivery:
         entry = Delivered(route, service_token, str(request.get("RequestType")), str(request.get("LogicalResourceId")),
                           str(request.get("RequestId")), status)
         with self._lock:
+            if status is None:
+                self._unanswered.setdefault(entry.request_id, []).append(len(self.delivered))
             self.delivered.append(entry)
 
     # ------------------------------------------------------------------ web
@@ -280,7 +286,15 @@ class StackDelivery:
     # ------------------------------------------------------------------ waiting for the answer
 
     def _captures(self, url_token: str) -> list[Capture]:
-        return [c for c in list(self.server.captures) if c.token == url_token]
+        """The answers received on one URL so far. The server's capture list only grows: each capture
+        is indexed once, so the waits of 200 requests in flight do not each rescan all of them."""
+        with self._index_lock:
+            captures = self.server.captures
+            while self._indexed < len(captures):
+                capture = captures[self._indexed]
+                self._by_token.setdefault(capture.token, []).append(capture)
+                self._indexed += 1
+            return list(self._by_token.get(url_token, ()))
 
     def _await(
         self, request: dict[str, Any], deadline: float, timeout: float, expected: int, gone: Callable[[], str | None] | None,
@@ -322,11 +336,13 @@ class StackDelivery:
         return first.body
 
     def _mark_status(self, request: Mapping[str, Any], status: str | None) -> None:
-        with self._lock:
-            for index, entry in enumerate(self.delivered):
-                if entry.request_id == request.get("RequestId") and entry.status is None:
-                    self.delivered[index] = Delivered(entry.route, entry.service_token, entry.request_type,
-                                                      entry.logical_id, entry.request_id, status)
+        with self._lock:  # O(1): 200 resources answering together must not scan every delivery each
+            waiting = self._unanswered.get(str(request.get("RequestId")))
+            if waiting:
+                index = waiting.pop(0)
+                entry = self.delivered[index]
+                self.delivered[index] = Delivered(entry.route, entry.service_token, entry.request_type,
+                                                  entry.logical_id, entry.request_id, status)
 
 
 def _handle_in_process(provider: Any, request: dict[str, Any]) -> bool:

@@ -13,7 +13,7 @@ import os
 import re
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ..local.supervisor import SupervisorClient, owned_by_stack, resource_owner
@@ -32,6 +32,7 @@ from .model import (
 )
 from .plan import Plan, StackIdentity, build_plan, http_configs, service_tokens
 from .protocol import Deliverer
+from .runner import check_parallelism
 from .state import StackStore
 from .template import load_template
 
@@ -87,7 +88,9 @@ class PreparedOperation:
     before anything runs (a delete calls the recorded ones); `http_configs` the evaluated
     HttpConfig of each resource that sets one (for `web:` delivery). `stack_id` pins the stack:
     if another process replaces it before the run, the run refuses. A delete sends no request to
-    the resources in `retain` (ROS RetainResources / RetainAllResources)."""
+    the resources in `retain` (ROS RetainResources / RetainAllResources). `parallelism` (ROS
+    Parallelism) bounds the requests in flight at once, 0 meaning no limit; None (an update or a
+    delete that sets none) keeps the stack's own."""
 
     operation: Operation
     name: str
@@ -98,6 +101,7 @@ class PreparedOperation:
     http_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
     retain: frozenset[str] = frozenset()
     retain_reason: str = ""
+    parallelism: int | None = None
 
 
 class StackEmulator:
@@ -105,6 +109,8 @@ class StackEmulator:
 
     `deliver(service_token, request, timeout_seconds) -> response body` is injected per call,
     so the CLI decides how each ServiceToken is reached. `on_event` sees every event live.
+    Independent resources are requested all at once unless the stack's `parallelism` (ROS
+    Parallelism, given to create or update and kept with the stack) says how many at most.
     """
 
     def __init__(
@@ -113,12 +119,10 @@ class StackEmulator:
         *,
         region: str = DEFAULT_REGION,
         account_id: str = DEFAULT_ACCOUNT_ID,
-        max_concurrency: int = 64,
     ) -> None:
         self.store = StackStore(home)
         self.region = region
         self.account_id = account_id
-        self.max_concurrency = max_concurrency
 
     def close(self) -> None:
         """Release the store's database connection."""
@@ -147,6 +151,7 @@ class StackEmulator:
         use_previous_parameters: bool = False,
         retain: Collection[str] = (),
         retain_all: bool = False,
+        parallelism: int | None = None,
     ) -> PreparedOperation:
         """Check the stack's state, parse the template and plan the operation, once.
 
@@ -155,14 +160,19 @@ class StackEmulator:
         defaults, or with `use_previous_parameters` their current values (for parameters the
         template still declares). A delete keeps (sends no Delete to) the resources named in
         `retain`, or all of them with `retain_all`, as ROS DeleteStack RetainResources /
-        RetainAllResources. Raises StackNotFoundError, StackStateError (with its fields),
+        RetainAllResources. `parallelism` (create, update: ROS Parallelism) bounds the requests in
+        flight, 0 or None on a create meaning no limit, None on an update keeping the stack's; ValueError
+        if it is not a whole number >= 0. Raises StackNotFoundError, StackStateError (with its fields),
         UnknownResourceError or TemplateValidationError; nothing is stored or sent."""
+        if parallelism is not None:
+            check_parallelism(parallelism)
         if operation == "create":
-            return self._prepare_create(name, template_text, parameters)
+            return replace(self._prepare_create(name, template_text, parameters), parallelism=parallelism or 0)
         record = self._load_settled(name)
         self._refuse_busy(record)
         if operation == "update":
-            return self._prepare_update(record, template_text, parameters, use_previous_parameters)
+            return replace(self._prepare_update(record, template_text, parameters, use_previous_parameters),
+                           parallelism=parallelism)
         if operation == "delete":
             return self._prepare_delete(record, retain, retain_all)
         raise ValueError(f"operation must be create, update or delete, got {operation!r}")
@@ -224,17 +234,20 @@ class StackEmulator:
         on_event: EventCallback | None = None,
     ) -> StackDescription:
         """Run a prepared operation under the stack's operation lock (one at a time, across processes)."""
-        with self._operation(prepared.name):
-            engine = self._engine(deliver, on_event)
+        with self._operation(prepared.name), self.store.deferred_writes():
             if prepared.operation == "create":
                 record = self._new_record(prepared, disable_rollback)
                 plan = prepared.plan
                 assert plan is not None
+                engine = self._engine(deliver, on_event, record.parallelism)
                 self._guarded(record, "CREATE_FAILED", lambda: engine.create(record, plan, disable_rollback))
                 return self._describe(record)
             record = self._load(prepared.name)
             if record.stack_id != prepared.stack_id:
                 raise _changed(record, prepared.operation)
+            if prepared.parallelism is not None:  # ROS keeps an update's Parallelism for later operations
+                record.parallelism = prepared.parallelism
+            engine = self._engine(deliver, on_event, record.parallelism)
             if prepared.operation == "update":
                 self._run_update(record, prepared, engine, disable_rollback)
             elif record.status != "DELETE_COMPLETE":
@@ -278,6 +291,7 @@ class StackEmulator:
             no_echo=prepared.plan.no_echo,
             status="CREATE_IN_PROGRESS",
             disable_rollback=disable_rollback,
+            parallelism=prepared.parallelism or 0,
         )
 
     def _run_update(self, record: StackRecord, prepared: PreparedOperation, engine: Engine, disable_rollback: bool) -> None:
@@ -299,8 +313,11 @@ class StackEmulator:
         *,
         disable_rollback: bool = False,
         on_event: EventCallback | None = None,
+        parallelism: int | None = None,
     ) -> StackDescription:
-        prepared = self.prepare("create", name, template_text, parameters)
+        """Create a stack; `parallelism` (ROS Parallelism): at most that many requests at once, 0 or
+        None for no limit, kept with the stack for its later operations."""
+        prepared = self.prepare("create", name, template_text, parameters, parallelism=parallelism)
         return self.run(prepared, deliver, disable_rollback=disable_rollback, on_event=on_event)
 
     def update(
@@ -313,10 +330,13 @@ class StackEmulator:
         disable_rollback: bool = False,
         on_event: EventCallback | None = None,
         use_previous_parameters: bool = False,
+        parallelism: int | None = None,
     ) -> StackDescription:
         """Update to a new template (None keeps the current one); unset parameters take the template's
-        defaults, or their current values with `use_previous_parameters` (ROS UsePreviousParameters)."""
-        prepared = self.prepare("update", name, template_text, parameters, use_previous_parameters=use_previous_parameters)
+        defaults, or their current values with `use_previous_parameters` (ROS UsePreviousParameters).
+        `parallelism` replaces the stack's (0: no limit); None keeps it, as ROS UpdateStack does."""
+        prepared = self.prepare("update", name, template_text, parameters, use_previous_parameters=use_previous_parameters,
+                                parallelism=parallelism)
         return self.run(prepared, deliver, disable_rollback=disable_rollback, on_event=on_event)
 
     def delete(
@@ -422,13 +442,13 @@ class StackEmulator:
             raise StackNotFoundError(name)
         return record
 
-    def _engine(self, deliver: Deliverer, on_event: EventCallback | None) -> Engine:
+    def _engine(self, deliver: Deliverer, on_event: EventCallback | None, parallelism: int) -> Engine:
         def sink(event: StackEvent) -> None:
             self.store.append_event(event)
             if on_event is not None:
                 on_event(event)
 
-        return Engine(deliver, sink, self.store.save, self.max_concurrency)
+        return Engine(deliver, sink, self.store.save, parallelism)
 
     def _guarded(self, record: StackRecord, failed_status: str, operation: Callable[[], None]) -> None:
         """Run an operation; if it is interrupted, leave the stack FAILED rather than IN_PROGRESS."""

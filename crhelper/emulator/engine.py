@@ -59,8 +59,8 @@ def update_conflicts(record: StackRecord, plan: Plan) -> list[str]:
 class Engine:
     """Runs one stack operation at a time on a record; see the module docstring."""
 
-    def __init__(self, deliver: Deliverer, on_event: EventSink, save: Saver, max_concurrency: int = 64) -> None:
-        self._runner = Runner(deliver, max_concurrency)
+    def __init__(self, deliver: Deliverer, on_event: EventSink, save: Saver, parallelism: int | None = None) -> None:
+        self._runner = Runner(deliver, parallelism)
         self._on_event = on_event
         self._save = save
         self._secrets: list[str] = []

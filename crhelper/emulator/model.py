@@ -84,6 +84,9 @@ class StackRecord:
     disable_rollback: bool = False
     created_at: str = field(default_factory=utc_now)
     updated_at: str = field(default_factory=utc_now)
+    #: ROS Parallelism: at most this many resource requests at once; 0 (the ROS default) means no limit.
+    #: Set by create or update, kept for the stack's later operations (as ROS associates it with the stack).
+    parallelism: int = 0
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from ..constants import MAX_ROS_TIMEOUT
@@ -52,9 +53,13 @@ class Plan:
     def parameter_values(self) -> dict[str, Any]:
         return {name: self.values[name] for name in self.template.parameters}
 
+    @cached_property
+    def _active(self) -> dict[str, bool]:
+        """Which template resources this plan creates: built once, not per evaluation (O(n²) on big stacks)."""
+        return {name: name in self.resources for name in self.template.resources}
+
     def resolver(self, lookup: ResourceLookup, dry_run: bool = False) -> StackResolver:
-        active = {name: name in self.resources for name in self.template.resources}
-        return StackResolver(self.values, self.conditions, active, lookup, dry_run=dry_run)
+        return StackResolver(self.values, self.conditions, self._active, lookup, dry_run=dry_run)
 
     def evaluate(self, expr: Any, path: str, lookup: ResourceLookup, dry_run: bool = False) -> Any:
         return Evaluator(self.resolver(lookup, dry_run), self.template.mappings).evaluate(expr, path)

@@ -3,6 +3,9 @@
 Each delivery runs on its own daemon thread so a provider that never answers cannot hold the
 stack (or the process) hostage: the scheduler stops waiting at the deadline and ignores a late
 answer. Only the scheduler's thread calls `launch` and `finish`, so they need no locking.
+
+How many requests are in flight at once is the stack's `parallelism` (ROS CreateStack/UpdateStack
+`Parallelism`): 0 or None, the ROS default, means no limit.
 """
 
 from __future__ import annotations
@@ -53,12 +56,20 @@ def _timeout_reason(seconds: float) -> str:
     return f"timed out after {seconds:g} s without a response from the provider"
 
 
-class Runner:
-    """Schedules nodes of a graph: a node starts once all its dependencies succeeded."""
+def check_parallelism(value: object) -> int:
+    """A stack's Parallelism as ROS takes it: a whole number >= 0, 0 meaning no limit (pure)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"Parallelism: must be a whole number >= 0 (0 means no limit), got {value!r}")
+    return value
 
-    def __init__(self, deliver: Deliverer, max_concurrency: int = 64) -> None:
+
+class Runner:
+    """Schedules nodes of a graph: a node starts once all its dependencies succeeded, at most
+    `parallelism` at a time (0 or None: no limit)."""
+
+    def __init__(self, deliver: Deliverer, parallelism: int | None = None) -> None:
         self._deliver = deliver
-        self._max_concurrency = max(1, max_concurrency)
+        self._limit = check_parallelism(parallelism or 0) or None
 
     def run(self, graph: DependencyGraph, launch: Launch, finish: Finish, stop_on_failure: bool = True) -> RunResult:
         results: queue.Queue[tuple[str, int, Any, BaseException | None]] = queue.Queue()
@@ -79,7 +90,7 @@ class Runner:
             while progressed and not (stop_on_failure and failed):
                 progressed = False
                 for node in graph.ready(succeeded, started):
-                    if len(inflight) >= self._max_concurrency or (stop_on_failure and failed):
+                    if (self._limit is not None and len(inflight) >= self._limit) or (stop_on_failure and failed):
                         break
                     started.add(node)
                     progressed = True

@@ -4,6 +4,8 @@ Every CLI invocation is a new process, so the store is the only memory the emula
 stack status changes rewrite the stack row and its resource rows in one transaction, resource
 status changes rewrite that resource's row, and
 events are appended as they happen so `events` in another process sees a running operation.
+Within `deferred_writes()` (a running operation) a resource's row is committed with the event that
+follows its status change, one transaction instead of two; events are never held back.
 Values are stored unmasked (updates need them); the file is created readable by the owner only.
 """
 
@@ -40,7 +42,8 @@ CREATE TABLE IF NOT EXISTS stacks (
     outputs TEXT NOT NULL,
     disable_rollback INTEGER NOT NULL,
     created_at TEXT NOT NULL,
-    updated_at TEXT NOT NULL
+    updated_at TEXT NOT NULL,
+    parallelism INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS resources (
     stack_id TEXT NOT NULL,
@@ -72,7 +75,14 @@ def _dump(value: Any) -> str:
 
 def _resource_row(record: StackRecord, r: ResourceRecord) -> tuple[Any, ...]:
     position = list(record.resources).index(r.logical_id) if r.logical_id in record.resources else -1
-    return (record.stack_id, r.logical_id, position, r.resource_type, r.physical_id, r.status, _dump(r.to_dict()))
+    # vars(), not to_dict(): the same fields without asdict's deep copy (this runs on every status change).
+    return (record.stack_id, r.logical_id, position, r.resource_type, r.physical_id, r.status, _dump(vars(r)))
+
+
+_STACK_COLUMNS = ("name, stack_id, region, account_id, template_text, parameters, no_echo, status, status_reason, "
+                  "outputs, disable_rollback, created_at, updated_at, parallelism")
+_SAVE_RESOURCE = "INSERT OR REPLACE INTO resources VALUES (?, ?, ?, ?, ?, ?, ?)"
+_APPEND_EVENT = "INSERT INTO events (stack_id, body) VALUES (?, ?)"
 
 
 class StackStore:
@@ -83,11 +93,16 @@ class StackStore:
         self.path = self.home / DB_FILE
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
+        self._deferring = 0
+        self._pending_rows: dict[tuple[str, str], tuple[Any, ...]] = {}
         self.home.mkdir(parents=True, exist_ok=True)
         if not self.path.exists():
             self.path.touch(mode=0o600)
         with self._connect() as db:
             db.executescript(_SCHEMA)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(stacks)")}
+            if "parallelism" not in columns:  # a file written by an earlier version
+                db.execute("ALTER TABLE stacks ADD COLUMN parallelism INTEGER NOT NULL DEFAULT 0")
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -102,9 +117,39 @@ class StackStore:
 
     def close(self) -> None:
         with self._lock:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
+            try:
+                self.flush()
+            finally:
+                if self._db is not None:
+                    self._db.close()
+                    self._db = None
+
+    @contextmanager
+    def deferred_writes(self) -> Iterator[None]:
+        """Keep resource saves until the next event, `flush()` or full save (and the way out); every
+        read flushes first, so nothing reads around what was kept."""
+        with self._lock:
+            self._deferring += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._deferring -= 1
+                self.flush()
+
+    def flush(self) -> None:
+        """Commit the kept resource rows (the latest of each) in one transaction."""
+        self._commit(())
+
+    def _commit(self, events: tuple[tuple[str, str], ...]) -> None:
+        with self._lock:
+            if not self._pending_rows and not events:
+                return
+            rows = list(self._pending_rows.values())
+            self._pending_rows = {}
+            with self._connect() as db:
+                db.executemany(_SAVE_RESOURCE, rows)
+                db.executemany(_APPEND_EVENT, events)
 
     def claim_operation(self, name: str) -> tuple[int, str] | None:
         """Take the stack for this process; returns the (pid, host) of a live owner instead, if any.
@@ -141,16 +186,23 @@ class StackStore:
     def save(self, record: StackRecord, resource: ResourceRecord | None = None) -> None:
         """Write the stack row and all resource rows, or with `resource` just that one row."""
         if resource is not None:
-            with self._connect() as db:
-                db.execute(
-                    "INSERT OR REPLACE INTO resources VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    _resource_row(record, resource),
-                )
+            row = _resource_row(record, resource)
+            with self._lock:
+                if self._deferring:
+                    self._pending_rows[(record.stack_id, resource.logical_id)] = row
+                    return
+                with self._connect() as db:
+                    db.execute(_SAVE_RESOURCE, row)
             return
+        with self._lock:
+            self.flush()
+            self._save_all(record)
+
+    def _save_all(self, record: StackRecord) -> None:
         with self._connect() as db:
             db.execute("DELETE FROM stacks WHERE name = ? AND stack_id != ?", (record.name, record.stack_id))
             db.execute(
-                "INSERT OR REPLACE INTO stacks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT OR REPLACE INTO stacks ({_STACK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     record.name,
                     record.stack_id,
@@ -165,6 +217,7 @@ class StackStore:
                     int(record.disable_rollback),
                     record.created_at,
                     record.updated_at,
+                    record.parallelism,
                 ),
             )
             db.execute("DELETE FROM resources WHERE stack_id = ?", (record.stack_id,))
@@ -174,12 +227,9 @@ class StackStore:
             )
 
     def load(self, name: str) -> StackRecord | None:
+        self.flush()
         with self._connect() as db:
-            row = db.execute(
-                "SELECT name, stack_id, region, account_id, template_text, parameters, no_echo, status, "
-                "status_reason, outputs, disable_rollback, created_at, updated_at FROM stacks WHERE name = ?",
-                (name,),
-            ).fetchone()
+            row = db.execute(f"SELECT {_STACK_COLUMNS} FROM stacks WHERE name = ?", (name,)).fetchone()
             if row is None:
                 return None
             resources = db.execute(
@@ -199,6 +249,7 @@ class StackStore:
             disable_rollback=bool(row[10]),
             created_at=row[11],
             updated_at=row[12],
+            parallelism=int(row[13] or 0),
         )
         for (body,) in resources:
             resource = ResourceRecord.from_dict(json.loads(body))
@@ -206,21 +257,23 @@ class StackStore:
         return record
 
     def names(self) -> list[str]:
+        self.flush()
         with self._connect() as db:
             return [row[0] for row in db.execute("SELECT name FROM stacks ORDER BY created_at, name")]
 
     def remove(self, record: StackRecord) -> None:
         """Forget a stack and its history (used before re-creating a deleted stack's name)."""
+        self.flush()
         with self._connect() as db:
             db.execute("DELETE FROM stacks WHERE stack_id = ?", (record.stack_id,))
             db.execute("DELETE FROM resources WHERE stack_id = ?", (record.stack_id,))
             db.execute("DELETE FROM events WHERE stack_id = ?", (record.stack_id,))
 
     def append_event(self, event: StackEvent) -> None:
-        with self._connect() as db:
-            db.execute("INSERT INTO events (stack_id, body) VALUES (?, ?)", (event.stack_id, _dump(event.to_dict())))
+        self._commit(((event.stack_id, _dump(event.to_dict())),))
 
     def events(self, stack_id: str) -> list[StackEvent]:
+        self.flush()
         with self._connect() as db:
             rows = db.execute("SELECT body FROM events WHERE stack_id = ? ORDER BY seq", (stack_id,)).fetchall()
         return [StackEvent(**json.loads(body)) for (body,) in rows]

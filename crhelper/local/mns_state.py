@@ -108,6 +108,9 @@ class QueueState:
     create_time: float
     last_modify_time: float
     messages: dict[str, StoredMessage] = field(default_factory=dict)
+    #: receipt handle -> message id, so delete and change-visibility find a message in O(1), not by scanning
+    #: the queue (30 workers deleting from a queue of thousands); entries are checked against the message.
+    handles: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -272,13 +275,14 @@ class Broker:
             queue = self._queue(name)
             msg = self._by_handle(queue, handle)
             del queue.messages[msg.message_id]
+            queue.handles.pop(handle, None)
 
     def change_visibility(self, name: str, handle: str, visibility_timeout: int) -> StoredMessage:
         with self._cond:
             queue = self._queue(name)
             msg = self._by_handle(queue, handle)
             msg.visible_at = self._clock() + visibility_timeout
-            msg.receipt_handle = secrets.token_hex(16)
+            self._new_handle(queue, msg)
             self._cond.notify_all()
             return dataclasses.replace(msg)
 
@@ -388,10 +392,9 @@ class Broker:
     def _by_handle(self, queue: QueueState, handle: str) -> StoredMessage:
         if not _HANDLE.match(handle):
             raise MnsError(400, "ReceiptHandleError", "The receipt handle you provide is not valid.")
-        now = self._clock()
-        for msg in queue.messages.values():
-            if msg.receipt_handle == handle and msg.visible_at > now:
-                return msg
+        msg = queue.messages.get(queue.handles.get(handle, ""))
+        if msg is not None and msg.receipt_handle == handle and msg.visible_at > self._clock():
+            return msg
         # A handle that expired (the message became visible again) or was never issued.
         raise MnsError(404, "MessageNotExist", "Message not exist.")
 
@@ -402,13 +405,23 @@ class Broker:
         if not msg.first_dequeue_time:
             msg.first_dequeue_time = now
         msg.visible_at = now + queue.attrs["VisibilityTimeout"]
-        msg.receipt_handle = secrets.token_hex(16)
+        self._new_handle(queue, msg)
         return dataclasses.replace(msg)
+
+    @staticmethod
+    def _new_handle(queue: QueueState, msg: StoredMessage) -> None:
+        """A fresh receipt handle for `msg`; the one it replaces stops working."""
+        if msg.receipt_handle is not None:
+            queue.handles.pop(msg.receipt_handle, None)
+        msg.receipt_handle = secrets.token_hex(16)
+        queue.handles[msg.receipt_handle] = msg.message_id
 
     def _expire(self, queue: QueueState, now: float) -> None:
         retention = queue.attrs["MessageRetentionPeriod"]
         for key in [k for k, m in queue.messages.items() if now - m.enqueue_time > retention]:
-            del queue.messages[key]
+            expired = queue.messages.pop(key)
+            if expired.receipt_handle is not None:
+                queue.handles.pop(expired.receipt_handle, None)
 
 
 def _page(names: list[str], prefix: str, ret_number: int, marker: str) -> tuple[list[str], str]:

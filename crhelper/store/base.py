@@ -12,11 +12,11 @@ Secrets (ResponseURLs, the request) are excluded from ``repr`` so a logged recor
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import enum
-import hashlib
 import json
-import secrets
+import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, runtime_checkable
 
@@ -87,6 +87,8 @@ class IdempotencyKey:
 
     def digest(self) -> str:
         """A fixed-length, path-safe name for backends whose keys cannot hold ARNs verbatim."""
+        import hashlib  # only the OSS store names objects by digest: off every other cold start
+
         raw = json.dumps([self.stack_id, self.request_id, self.logical_resource_id])
         return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
@@ -152,7 +154,7 @@ class IdempotencyRecord:
             ) from None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # never compared (eq=False: two fewer methods to compile at import)
 class ClaimResult:
     """Outcome of `Store.claim` plus the record as it stands after the claim."""
 
@@ -179,8 +181,9 @@ def check_continuation_id(continuation_id: str) -> None:
 
 
 def new_continuation_id() -> str:
-    """An unguessable id (192 random bits): it is all a re-invocation payload carries."""
-    return secrets.token_urlsafe(24)
+    """An unguessable id (192 random bits): it is all a re-invocation payload carries. What
+    `secrets.token_urlsafe(24)` does, without importing `secrets` (and `hmac`, `hashlib`) for it."""
+    return base64.urlsafe_b64encode(os.urandom(24)).rstrip(b"=").decode("ascii")
 
 
 #: `Continuation.attempt` of a finished operation's marker (real attempts count up from 0): its answer

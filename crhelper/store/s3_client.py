@@ -93,3 +93,18 @@ def make_client(settings: S3Settings, env: Mapping[str, str] | None = None) -> A
     if settings.dialect == "oss":
         client.meta.events.register("before-sign.s3.PutObject", _forbid_overwrite)
     return client
+
+
+def client_for_url(url: str, setting: str, env: Mapping[str, str] | None = None) -> tuple[Any, S3Settings]:
+    """A provider's own OSS/S3 store named by `url` in its setting `setting` (parameters as in
+    CRHELPER_STORE): (the boto3 client, the parsed settings). ValueError names `setting` and the
+    rule, never the query (it may carry a key)."""
+    from .url import StoreConfigError, parse_store_url
+
+    try:
+        settings = parse_store_url(url)
+    except StoreConfigError as exc:
+        raise ValueError(str(exc).replace("CRHELPER_STORE", setting, 1)) from None
+    if not isinstance(settings, S3Settings):
+        raise ValueError(f"{setting}: not an s3:// URL")
+    return make_client(settings, os.environ if env is None else env), settings

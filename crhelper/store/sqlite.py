@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 from ..sqlite_files import WalBusy, use_wal
 from . import transitions
@@ -99,7 +99,7 @@ def _continuation_from_row(row: sqlite3.Row) -> Continuation:
     )
 
 
-class SqliteStore:
+class SqliteStore(transitions.AppliedTransitions):
     """`Store` on one SQLite file (or a private in-memory database for tests)."""
 
     def __init__(self, path: str, *, clock: Callable[[], float] = time.time) -> None:
@@ -229,9 +229,7 @@ class SqliteStore:
                 self._write(conn, current, to_write)
             return result
 
-    def _apply(
-        self, key: IdempotencyKey, step: Callable[[IdempotencyRecord | None, float], IdempotencyRecord | None]
-    ) -> bool:
+    def _apply(self, key: IdempotencyKey, step: transitions.Step) -> bool:
         """Read, decide with a pure transition, write: one immediate transaction; False if it refuses."""
         with self._transaction() as conn:
             current = self._read(conn, key)
@@ -240,18 +238,6 @@ class SqliteStore:
                 return False
             self._write(conn, current, new)
             return True
-
-    def renew(self, key: IdempotencyKey, owner: str, lease_seconds: float) -> bool:
-        return self._apply(key, lambda current, now: transitions.renewed(current, owner, now, lease_seconds))
-
-    def complete(self, key: IdempotencyKey, owner: str, response: dict[str, Any]) -> bool:
-        return self._apply(key, lambda current, now: transitions.completed(current, owner, now, response))
-
-    def mark_delivered(self, key: IdempotencyKey, owner: str) -> bool:
-        return self._apply(key, lambda current, now: transitions.delivered(current, owner, now))
-
-    def adopt(self, key: IdempotencyKey, owner: str, new_owner: str) -> bool:
-        return self._apply(key, lambda current, now: transitions.adopted(current, owner, new_owner, now))
 
     def get(self, key: IdempotencyKey) -> IdempotencyRecord | None:
         with self._lock:

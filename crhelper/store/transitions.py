@@ -8,7 +8,7 @@ here means both backends agree on every transition and the rules are testable wi
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .base import (
     ClaimResult,
@@ -150,3 +150,26 @@ def adopted(current: IdempotencyRecord | None, owner: str, new_owner: str, now: 
 def may_release(current: IdempotencyRecord | None, owner: str, now: float) -> bool:
     """Only the holder of an IN_PROGRESS record may give it up."""
     return _held_by(current, owner, now)
+
+
+Step = Callable[[IdempotencyRecord | None, float], IdempotencyRecord | None]
+
+
+class AppliedTransitions:
+    """The record-changing calls of `Store` for a backend whose `_apply(key, step)` reads the record,
+    asks `step(current, now)` for the next one and writes it atomically (False when step refuses)."""
+
+    def _apply(self, key: IdempotencyKey, step: Step) -> bool:
+        raise NotImplementedError
+
+    def renew(self, key: IdempotencyKey, owner: str, lease_seconds: float) -> bool:
+        return self._apply(key, lambda current, now: renewed(current, owner, now, lease_seconds))
+
+    def complete(self, key: IdempotencyKey, owner: str, response: dict[str, Any]) -> bool:
+        return self._apply(key, lambda current, now: completed(current, owner, now, response))
+
+    def mark_delivered(self, key: IdempotencyKey, owner: str) -> bool:
+        return self._apply(key, lambda current, now: delivered(current, owner, now))
+
+    def adopt(self, key: IdempotencyKey, owner: str, new_owner: str) -> bool:
+        return self._apply(key, lambda current, now: adopted(current, owner, new_owner, now))

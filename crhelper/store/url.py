@@ -33,6 +33,13 @@ class SqliteSettings:
     path: str
 
 
+class MemorySettings:
+    """`memory://`: a store private to this process (crhelper.store.memory); no fields, so a plain
+    class (a dataclass would only add methods to compile on every cold start)."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True)
 class S3Settings:
     """`s3://bucket/prefix?endpoint=...&region=...&addressing=...&dialect=...&signature=...`."""
@@ -116,7 +123,7 @@ def _parse_s3(url: str) -> S3Settings:
     )
 
 
-def parse_store_url(url: str) -> SqliteSettings | S3Settings:
+def parse_store_url(url: str) -> SqliteSettings | S3Settings | MemorySettings:
     """Map a store URL to settings; raises StoreConfigError naming CRHELPER_STORE and the rule."""
     if not isinstance(url, str) or not url.strip():
         raise StoreConfigError(f"{SETTING}: the store URL is empty")
@@ -126,12 +133,16 @@ def parse_store_url(url: str) -> SqliteSettings | S3Settings:
         return _parse_sqlite(url)
     if scheme == "s3":
         return _parse_s3(url)
+    if scheme == "memory":
+        if url.lower() != "memory://":
+            raise StoreConfigError(f"{SETTING}: a memory URL is just memory:// (no path, query or fragment)")
+        return MemorySettings()
     if not scheme:
         raise StoreConfigError(
-            f"{SETTING}: the store URL has no scheme; use sqlite:///<path> or s3://<bucket>/..."
+            f"{SETTING}: the store URL has no scheme; use sqlite:///<path>, s3://<bucket>/... or memory://"
         )
     shown = scheme if scheme.isalnum() and len(scheme) <= 16 else "?"
     raise StoreConfigError(
-        f"{SETTING}: unknown store scheme '{shown}://'; use sqlite:///<path> or "
-        "s3://<bucket>/<prefix>?endpoint=..."
+        f"{SETTING}: unknown store scheme '{shown}://'; use sqlite:///<path>, "
+        "s3://<bucket>/<prefix>?endpoint=... or memory://"
     )

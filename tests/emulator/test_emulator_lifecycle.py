@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -162,14 +163,62 @@ def test_independent_resources_run_concurrently(emulator: StackEmulator, provide
     assert time.monotonic() - started < 0.9
 
 
-def test_max_concurrency_bounds_parallel_requests(tmp_path: Any, provider: Provider, events: list[StackEvent]) -> None:
+def test_parallelism_bounds_parallel_requests(tmp_path: Any, provider: Provider, events: list[StackEvent]) -> None:
     resources = {f"R{i}": custom() for i in range(4)}
     for name in resources:
         provider.on(name, "Create", sleep=0.2)
-    with StackEmulator(tmp_path / "bounded", max_concurrency=2) as emulator:
+    with StackEmulator(tmp_path / "bounded") as emulator:
         started = time.monotonic()
-        assert create(emulator, provider, template(resources), events).status == "CREATE_COMPLETE"
+        assert create(emulator, provider, template(resources), events, parallelism=2).status == "CREATE_COMPLETE"
         assert time.monotonic() - started >= 0.4
+
+
+class InFlight:
+    """Wraps a deliverer and records the most requests of each type it had in flight at once."""
+
+    def __init__(self, deliver: Provider) -> None:
+        self._deliver = deliver
+        self._lock = threading.Lock()
+        self._now: dict[str, int] = {}
+        self.most: dict[str, int] = {}
+
+    def __call__(self, token: str, request: dict[str, Any], timeout: float) -> dict[str, Any]:
+        kind = request["RequestType"]
+        with self._lock:
+            self._now[kind] = self._now.get(kind, 0) + 1
+            self.most[kind] = max(self.most.get(kind, 0), self._now[kind])
+        try:
+            return self._deliver(token, request, timeout)
+        finally:
+            with self._lock:
+                self._now[kind] -= 1
+
+
+def test_parallelism_stays_with_the_stack_as_in_ros(tmp_path: Any, provider: Provider) -> None:
+    """ROS associates Parallelism with the stack: an update without one keeps it, the delete too;
+    an update with 0 lifts it (no limit)."""
+    resources = {f"R{i}": custom(Parameters={"V": 1}) for i in range(4)}
+    changed = {f"R{i}": custom(Parameters={"V": 2}) for i in range(4)}
+    for name in resources:
+        for kind in ("Create", "Update", "Delete"):
+            provider.on(name, kind, sleep=0.05)
+    seen = InFlight(provider)
+    with StackEmulator(tmp_path / "kept") as emulator:
+        assert emulator.create("s", as_text(template(resources)), {}, seen, parallelism=1).status == "CREATE_COMPLETE"
+        assert emulator.update("s", as_text(template(changed)), {}, seen).status == "UPDATE_COMPLETE"
+        assert seen.most == {"Create": 1, "Update": 1}
+        assert emulator.store.load("s").parallelism == 1  # type: ignore[union-attr]
+        emulator.update("s", as_text(template(resources)), {}, seen, parallelism=0)
+        assert emulator.store.load("s").parallelism == 0  # type: ignore[union-attr]
+        assert emulator.delete("s", seen).status == "DELETE_COMPLETE"
+    assert seen.most == {"Create": 1, "Update": 4, "Delete": 4}
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True, "2"])
+def test_parallelism_must_be_a_whole_number_from_zero(emulator: StackEmulator, provider: Provider, value: Any) -> None:
+    with pytest.raises(ValueError, match=r"Parallelism: must be a whole number >= 0 \(0 means no limit\)"):
+        emulator.create("s", as_text(template({"A": custom()})), {}, provider, parallelism=value)
+    assert provider.requests == []
 
 
 def test_dependent_waits_for_slow_dependency(emulator: StackEmulator, provider: Provider, events: list[StackEvent]) -> None:

@@ -9,6 +9,7 @@ from urllib.parse import urlencode
 import requests
 
 import http_providers
+from crhelper.constants import CREATE_FAILED_MARKER
 from crhelper.testing import ResponseServer, make_event
 from crhelper.transports.http_config import EndpointConfig
 
@@ -137,6 +138,42 @@ def test_full_worker_pool_answers_500_and_the_same_request_is_accepted_later(ser
         time.sleep(0.02)  # the worker frees its slot just after delivering
     assert retry.status_code == 200
     assert response_server.wait_for(second["RequestId"])["Status"] == "SUCCESS"
+
+
+def test_busy_workers_queue_requests_instead_of_refusing_them(serve, response_server: ResponseServer) -> None:
+    """A plain `web:` Create is never retried by ROS: with every worker busy it is acknowledged and
+    queued (no 5xx), then answered once a worker is free."""
+    server = serve(EndpointConfig(workers=1))
+    slow = response_server.attach(make_event("Create", "Custom::Slow", {"Seconds": 5}))
+    assert _post(server.url, slow).status_code == 200
+    queued = [response_server.attach(make_event("Create", "Custom::Echo", {"Name": f"q{i}"})) for i in range(20)]
+    assert [_post(server.url, event).status_code for event in queued] == [200] * 20
+    assert server.app.busy() == 21
+    http_providers.RELEASE.set()
+    for event in queued:
+        assert response_server.wait_for(event["RequestId"])["Status"] == "SUCCESS"
+    assert all(len(response_server.responses_for(e["RequestId"])) == 1 for e in [slow, *queued])
+
+
+def test_a_request_that_waited_past_its_budget_is_answered_failed_once_and_never_run(
+    serve, response_server: ResponseServer
+) -> None:
+    server = serve(EndpointConfig(workers=1, start_within=0.2))
+    slow = response_server.attach(make_event("Create", "Custom::Slow", {"Seconds": 5}))
+    assert _post(server.url, slow).status_code == 200
+    late = response_server.attach(make_event("Create", "Custom::Echo", {"Name": "late"}))
+    assert _post(server.url, late).status_code == 200
+    time.sleep(0.3)
+    http_providers.RELEASE.set()
+    body = response_server.wait_for(late["RequestId"])
+    assert body["Status"] == "FAILED"
+    assert body["Reason"].startswith("the endpoint was overloaded: the request waited ")
+    assert "more than its 0.2 s budget, and was not started; retry the stack operation" in body["Reason"]
+    assert body["PhysicalResourceId"] == CREATE_FAILED_MARKER  # the handler never ran: no id of its own
+    assert response_server.wait_for(slow["RequestId"])["Status"] == "SUCCESS"
+    time.sleep(0.2)  # a second answer would arrive now
+    assert len(response_server.responses_for(late["RequestId"])) == 1
+    assert response_server.violations == []
 
 
 def test_inline_mode_answers_before_acknowledging(serve, response_server: ResponseServer) -> None:

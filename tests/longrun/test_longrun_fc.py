@@ -4,12 +4,14 @@ asynchronously with x-fc-async-delay through the real fc2 SDK, and answers once 
 from __future__ import annotations
 
 import json
+import math
 import textwrap
 import time
 
 import pytest
 
 from crhelper.local.fc_server import LocalFunctionCompute
+from crhelper.reentry import FC_LEAD
 from crhelper.testing import make_event
 
 PROVIDER = textwrap.dedent('''
@@ -43,11 +45,12 @@ def test_fc_self_invocation_with_delay_completes_once(response_server, tmp_path)
         body = response_server.wait_for(event["RequestId"], timeout=30)
         elapsed = time.monotonic() - started
         assert body["Status"] == "SUCCESS" and body["Data"] == {"Steps": 3, "Attempt": 2}
-        assert 2.0 <= elapsed < 10  # two 1 s delays honoured by the endpoint
+        assert 2.0 <= elapsed < 10  # two 1 s delays honoured (the re-entries wait out what FC_LEAD took off)
         assert fc.wait_idle(10)
         records = [r for r in fc.records if r.function == "cluster"]
         assert len(records) == 3  # polls + 1: the request, then two delayed re-entries
-        assert [r.delay for r in records] == [0, 1, 1]
+        # Each step's re-invocation is sent FC_LEAD seconds early (1 s - 1 s = 0) to hide its overheads.
+        assert [r.delay for r in records] == [0, math.ceil(1 - FC_LEAD), math.ceil(1 - FC_LEAD)]
         assert all(r.status == "succeeded" for r in records)
         for record in records[1:]:
             assert record.invocation_type == "Async"
@@ -68,10 +71,13 @@ def test_fc_operation_past_its_deadline_fails(response_server, tmp_path):
     assert body["Status"] == "FAILED" and body["Reason"].startswith("did not complete within 2 s")
 
 
-def test_fc_default_store_refuses_long_running_with_advice(response_server, tmp_path):
+@pytest.mark.parametrize("store", ["", "memory://", "sqlite://:memory:"])
+def test_fc_default_store_refuses_long_running_with_advice(response_server, tmp_path, store):
+    """The FC default store is private to one instance, as are the in-memory ones given explicitly:
+    a re-entry landing on another instance would find nothing, so InProgress is refused up front."""
     (tmp_path / "fc_nostore_provider.py").write_text(PROVIDER)
     with LocalFunctionCompute(code_paths=[tmp_path]) as fc:
-        fc.register("crhelper", "nostore", "fc_nostore_provider:provider", timeout=20, env={"CRHELPER_STORE": ""})
+        fc.register("crhelper", "nostore", "fc_nostore_provider:provider", timeout=20, env={"CRHELPER_STORE": store})
         event = response_server.attach(make_event("Create", "Custom::Cluster", {"Polls": 3}))
         fc.client().invoke_function("crhelper", "nostore", payload=json.dumps(event).encode())
         body = response_server.wait_for(event["RequestId"], timeout=30)

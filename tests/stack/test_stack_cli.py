@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -231,3 +232,33 @@ def test_a_stack_busy_in_another_process_points_to_its_events(tmp_path: Path, ho
         interrupted = [e for e in emulator.events("busy") if e.status == "UPDATE_FAILED"]
     assert [e.logical_id for e in interrupted] == ["busy"]
     assert interrupted[0].reason.startswith("interrupted: the crhelper process running this operation stopped")
+
+
+def test_parallelism_flag_bounds_requests_and_stays_with_the_stack(tmp_path: Path, home: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """--parallelism N (ROS Parallelism): N requests at a time, kept for the stack's update; a bad
+    value is a usage error before anything runs; without it nothing caps independent resources."""
+    sleepy: dict[str, dict[str, Any]] = {f"R{i}": {"Name": f"r{i}", "Sleep": 0.3} for i in range(3)}
+    template = write_template(tmp_path, echo_template(FC3, sleepy))
+    bind = ("-s", f"{FC3}={spec()}")
+    with pytest.raises(SystemExit) as usage:
+        cli("create", template, "--stack", "bad", "--parallelism", "-2", *bind)
+    assert usage.value.code == 2
+    assert "--parallelism: must be a whole number >= 0 (0 means no limit), got '-2'" in capsys.readouterr().err
+    with StackEmulator(home) as emulator:
+        assert emulator.list_stacks() == []
+
+    started = time.monotonic()
+    assert cli("create", template, "--stack", "one", "--parallelism", "1", *bind) == 0
+    assert time.monotonic() - started >= 0.9  # three 0.3 s Creates, one at a time
+    with StackEmulator(home) as emulator:
+        assert emulator.store.load("one").parallelism == 1  # type: ignore[union-attr]
+    renamed = {n: {**p, "Name": f"{p['Name']}x"} for n, p in sleepy.items()}
+    changed = write_template(tmp_path, echo_template(FC3, renamed), "u.json")
+    assert cli("update", changed, "--stack", "one", *bind) == 0
+    with StackEmulator(home) as emulator:
+        assert emulator.store.load("one").parallelism == 1  # type: ignore[union-attr]
+
+    started = time.monotonic()
+    assert cli("create", template, "--stack", "all", *bind) == 0
+    assert time.monotonic() - started < 0.9  # no limit by default, as in ROS

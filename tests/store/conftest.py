@@ -158,6 +158,8 @@ def store_url_for(tmp_path: Path, request: pytest.FixtureRequest) -> Callable[[s
     def make(backend: str) -> str:
         if backend == "sqlite":
             return "sqlite:///" + str(tmp_path / f"state-{uuid.uuid4().hex[:8]}.sqlite")
+        if backend == "memory":
+            return "memory://"
         return s3_url(request.getfixturevalue("moto_endpoint"), backend)
 
     return make

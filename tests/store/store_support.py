@@ -12,7 +12,7 @@ CREDS = {
     "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "test-secret",
     "ALIBABA_CLOUD_SECURITY_TOKEN": "test-sts-token",
 }
-BACKENDS = ("sqlite", "s3", "oss")
+BACKENDS = ("sqlite", "memory", "s3", "oss")
 
 
 class FakeClock:

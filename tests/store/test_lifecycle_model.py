@@ -143,6 +143,7 @@ class Proc:
             machine.provider.registry, self.store, default_type=None, step_lease=STEP_LEASE, record_ttl=RECORD_TTL,
             clock=machine.clock, identity=lambda: ident, is_dead=lambda other: other in machine.dead,
             renew_in_background=False, new_id=machine.new_id,
+            sleep=lambda seconds: machine.advance(seconds, renew=True),  # an early re-entry waits; renewers keep up
         )
 
     def tick(self, where: str) -> None:

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from crhelper.store import StoreConfigError, open_store
+from crhelper.store.memory import MemoryStore
 from crhelper.store.s3_client import credentials_from_env, resolve_endpoint, resolve_region
 from crhelper.store.sqlite import SqliteStore
-from crhelper.store.url import S3Settings, SqliteSettings, default_url, parse_store_url
+from crhelper.store.url import MemorySettings, S3Settings, SqliteSettings, default_url, parse_store_url
 
 
 def test_sqlite_urls() -> None:
@@ -86,6 +87,15 @@ def test_explicit_url_wins_over_env(tmp_path: Path) -> None:
     store = open_store("sqlite://:memory:", env={"CRHELPER_STORE": "bogus://"})
     assert isinstance(store, SqliteStore) and store.path == ":memory:"
     store.close()
+
+
+def test_memory_url_opens_a_private_store_without_sqlite() -> None:
+    store = open_store("memory://", env={"CRHELPER_STORE": "bogus://"})
+    assert isinstance(store, MemoryStore)
+    assert isinstance(parse_store_url("MEMORY://"), MemorySettings)
+    for bad in ("memory://x", "memory://?a=1", "memory:///p"):
+        with pytest.raises(StoreConfigError, match="memory://"):
+            parse_store_url(bad)
 
 
 def test_sqlite_file_uses_wal(tmp_path: Path) -> None:

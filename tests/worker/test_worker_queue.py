@@ -149,6 +149,40 @@ def test_concurrency_is_bounded(
     assert peak[0] == 2
 
 
+def test_messages_received_ahead_are_released_not_run_when_stopping(
+    local_mns: LocalMNS, make_queue: Any, name: str, response_server: Any, providers: Any, store_url: str,
+    start_worker: Any
+) -> None:
+    """With one thread and a prefetch of 3, the worker holds messages beyond the running one; stopping
+    finishes that one and hands the waiting ones back at once (visible within seconds), unrun."""
+    calls: list = []
+    events = [response_server.attach(make_event("Create", "Custom::Greeting", {"Name": f"p{i}"})) for i in range(4)]
+    queue = make_queue(name)
+    queue.batch_send_message([Message(json.dumps(event)) for event in events])
+    worker = start_worker(greeting_provider(providers, calls, sleep=0.8), name, concurrency=1, prefetch=3)
+    wait_until(lambda: calls and worker.stats()["received"] >= 3)
+    assert worker.stop(grace=5) is True
+    stats = worker.stats()
+    assert len(calls) == 1 and stats["deleted"] == 1 and stats["released"] == stats["received"] - 1 >= 2
+    assert len(response_server.captures) == 1  # only the message that ran was answered
+    wait_until(lambda: queue_counts(local_mns, name)["active"] == 3, timeout=5)  # back for another worker
+
+
+def test_messages_finishing_together_are_all_deleted_in_batches(
+    local_mns: LocalMNS, make_queue: Any, name: str, response_server: Any, providers: Any, store_url: str,
+    start_worker: Any
+) -> None:
+    events = [response_server.attach(make_event("Create", "Custom::Greeting", {"Name": f"b{i}"})) for i in range(12)]
+    queue = make_queue(name)
+    queue.batch_send_message([Message(json.dumps(event)) for event in events])
+    worker = start_worker(greeting_provider(providers), name, concurrency=12)
+    for event in events:
+        assert response_server.wait_for(event["RequestId"], timeout=5)["Status"] == "SUCCESS"
+    wait_until(lambda: queue_empty(local_mns, name))
+    assert worker.stats()["deleted"] == 12
+    assert all(len(response_server.responses_for(e["RequestId"])) == 1 for e in events)
+
+
 def test_graceful_stop_finishes_in_flight_work(
     local_mns: LocalMNS, make_queue: Any, name: str, response_server: Any, providers: Any, store_url: str,
     start_worker: Any

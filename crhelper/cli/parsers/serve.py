@@ -28,11 +28,14 @@ DEFAULT_CLEANUP_INTERVAL = 5.0
 #: Quoted from crhelper.transports.http_config and .signature (see the module docstring).
 SIGN_KEY_ENV, BEARER_TOKEN_ENV, BASIC_AUTH_ENV = "CRHELPER_HTTP_SIGN_KEY", "CRHELPER_HTTP_BEARER_TOKEN", "CRHELPER_HTTP_BASIC_AUTH"
 SHOWN_SYNC_WITHIN, SHOWN_MAX_BODY, SHOWN_MAX_SKEW = 8.5, 64 * 1024, 300.0
+SHOWN_BACKLOG, SHOWN_QUEUE_BYTES, SHOWN_START_WITHIN = 10_000, 64 * 1024 * 1024, 30.0
 
 DESCRIPTION = (
     "Serve a provider over HTTP for ROS `web:` ServiceTokens. Requests to a path ending in /sync are "
     "answered in-band (web[sync]: tokens, FAILED after --sync-within seconds); all others are acknowledged "
-    "at once and handled by a bounded worker pool that answers the request's ResponseURL (web: tokens). "
+    "at once and queued for a pool of workers that answers the request's ResponseURL (web: tokens); one that "
+    "could not start within --start-within seconds is answered FAILED there instead (a plain web: Create is "
+    "never retried by ROS, so it is never just refused). "
     f"Secrets come from the environment: {SIGN_KEY_ENV} (HttpConfig.SignKey; enables signature checks), "
     f"{BEARER_TOKEN_ENV} (require 'Authorization: Bearer <token>'), {BASIC_AUTH_ENV} (user:password). "
     f"With {SIGN_KEY_ENV}, --public-url is required (signatures cover the ServiceToken URL; the Host header "
@@ -57,12 +60,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8080, help="port to listen on; 0 picks a free one (default 8080)")
     parser.add_argument("--threads", type=int, default=16, help="HTTP server threads; each sync request holds one (default 16)")
     parser.add_argument("--workers", type=int, default=8, help="background handler threads for async requests (default 8)")
-    parser.add_argument("--backlog", type=int, default=64, help="accepted async requests that may wait for a worker; beyond, --overload-status (default 64)")
+    parser.add_argument("--backlog", type=int, default=None, metavar="N", help=f"accepted async requests that may wait for a worker (a memory bound); beyond, --overload-status without an answer (default {SHOWN_BACKLOG})")
+    parser.add_argument("--queue-bytes", type=int, default=None, metavar="BYTES", help=f"request bodies that may wait for a worker, in bytes (default {SHOWN_QUEUE_BYTES})")
+    parser.add_argument("--start-within", type=float, default=None, metavar="SECONDS", help=f"an async request that waited longer for a worker is answered FAILED at its ResponseURL, once, instead of run (default {SHOWN_START_WITHIN:g}; ROS waits Timeout, 60 s by default); e.g. --start-within 20")
     parser.add_argument("--mode", choices=("async", "sync"), default="async", help="mode for paths not ending in /sync (default async)")
     parser.add_argument("--sync-within", type=float, default=None, metavar="SECONDS", help=f"answer FAILED if a sync handler runs longer (default {SHOWN_SYNC_WITHIN}; ROS waits 10)")
     parser.add_argument("--inline", action="store_true", help="async mode: run the handler before acknowledging (no background pool)")
     parser.add_argument("--ack-status", type=int, default=200, help="status of the async acknowledgement (default 200)")
-    parser.add_argument("--overload-status", type=int, default=500, help="status when the pool is full; ROS documents retries after 500 (default 500)")
+    parser.add_argument("--overload-status", type=int, default=500, help="status when the queue is full (--backlog, --queue-bytes) or the server stops; ROS documents retries after 500 (default 500)")
     parser.add_argument("--max-body", type=int, default=None, metavar="BYTES", help=f"largest request body accepted, else 413 (default {SHOWN_MAX_BODY})")
     parser.add_argument("--public-url", default=None, metavar="URL", help=f"the ServiceToken URL prefix clients use; signatures cover it, so it is required with {SIGN_KEY_ENV} (the Host header can be spoofed); e.g. --public-url https://cr.example.com/ros")
     parser.add_argument("--signed-header", action="append", default=[], metavar="NAME", help="an HttpConfig.Headers name that ROS signs; repeat for each")

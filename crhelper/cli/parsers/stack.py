@@ -137,6 +137,24 @@ def _delivery_options(parser: argparse.ArgumentParser) -> None:
                         help="with --kill-provider: kill this many seconds into the handler (mid-request) instead of at entry")
 
 
+def _parallelism(text: str) -> int:
+    """--parallelism: a whole number >= 0 (ROS Parallelism), checked before anything runs."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0 (0 means no limit), got {text!r}")
+    return value
+
+
+def _parallelism_option(parser: argparse.ArgumentParser, default_help: str) -> None:
+    parser.add_argument("--parallelism", type=_parallelism, default=None, metavar="N",
+                        help=f"at most N resource requests at once (ROS Parallelism); 0 means no limit; {default_help}. "
+                             "The stack keeps it for its later updates and its delete. "
+                             "Example: --parallelism 10")
+
+
 def _template_options(parser: argparse.ArgumentParser, *, optional: bool = False) -> None:
     if optional:
         parser.add_argument("template", nargs="?", type=Path, default=None, help="new template (default: keep the current one)")
@@ -159,10 +177,13 @@ def add_commands(parser: argparse.ArgumentParser) -> None:
     create = commands.add_parser("create", help="create a stack and wait for it", formatter_class=RAW,
                                  description="Create a stack: every resource gets a Create request; on failure the "
                                              "created ones are rolled back unless --disable-rollback.",
-                                 epilog="example: crhelper stack create templates/demo.yaml --stack demo -p Name=ros")
+                                 epilog="examples:\n"
+                                        "  crhelper stack create templates/demo.yaml --stack demo -p Name=ros\n"
+                                        "  crhelper stack create big.yaml --stack big --parallelism 10   # 10 requests at a time")
     _template_options(create)
     _common(create)
     create.add_argument("--disable-rollback", action="store_true", help="keep what was created when a resource fails")
+    _parallelism_option(create, "default: no limit, as in ROS")
     _delivery_options(create)
     create.set_defaults(func=Body("crhelper.cli.stack:create"))
 
@@ -171,13 +192,15 @@ def add_commands(parser: argparse.ArgumentParser) -> None:
                                              "Create, removed ones Delete; a failure rolls back with the old properties.",
                                  epilog="examples:\n"
                                         "  crhelper stack update templates/demo.yaml --stack demo -p Times=5\n"
-                                        "  crhelper stack update --stack demo --use-previous-parameters -p Times=5")
+                                        "  crhelper stack update --stack demo --use-previous-parameters -p Times=5\n"
+                                        "  crhelper stack update --stack big --parallelism 0      # lift the stack's limit")
     _template_options(update, optional=True)
     _common(update)
     update.add_argument("--use-previous-parameters", action="store_true",
                         help="parameters not given keep the stack's current values (ROS UsePreviousParameters); "
                              "without it they take the template's defaults, as in ROS")
     update.add_argument("--disable-rollback", action="store_true", help="do not roll back a failed update")
+    _parallelism_option(update, "default: the stack's own (set by create or an earlier update)")
     _delivery_options(update)
     update.set_defaults(func=Body("crhelper.cli.stack:update"))
 

@@ -43,6 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--queue", required=True, help="acs:mns:<region>:<account>:queues/<name> ARN, or a queue name with --endpoint")
     parser.add_argument("--endpoint", default=None, help="MNS endpoint, e.g. https://<account>.mns.<region>.aliyuncs.com (derived from an ARN when omitted)")
     parser.add_argument("--concurrency", type=int, default=4, metavar="N", help="messages handled at once (default 4)")
+    parser.add_argument("--prefetch", type=int, default=None, metavar="N",
+                        help="messages received ahead and waiting for a free thread (kept invisible meanwhile), so "
+                             "receives come in full batches of 16 (default min(16, --concurrency); 0 receives only "
+                             "for free threads; e.g. --prefetch 8)")
     parser.add_argument("--wait-seconds", type=int, default=10, metavar="S", help="long-poll duration, 0-30 (default 10)")
     parser.add_argument("--visibility-timeout", type=int, default=60, metavar="S", help="how long each extension hides a message being handled (default 60)")
     parser.add_argument("--extend-every", type=float, default=None, metavar="S", help="seconds between extensions (default a third of --visibility-timeout)")
