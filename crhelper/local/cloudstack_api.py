@@ -4,6 +4,8 @@ Every request is verified first (`crhelper.cloud.signing.cloudstack`: Java-faith
 a `~` signed by `cs` fails as it does on a real server; v3 `expires`); a failure is CloudStack's one
 401. Then the command runs against `CloudStackState`; a bad parameter is a 431 naming it, an
 unknown command a 432, both with `cserrorcode`. No sockets here: the server hands in what it read.
+Extensions (`CloudStackExtension`) add commands beside the built-in ones and go through the same
+verification, fault injection and wrapping.
 """
 
 from __future__ import annotations
@@ -29,6 +31,23 @@ MAX_PAGE_SIZE = 500
 _log = get_logger("local.cloudstack")
 
 Parameters = Mapping[str, str]
+#: A command: the request's parameters (signature apart) -> the object inside `<command>response`.
+Command = Callable[[Parameters], dict[str, Any]]
+
+
+def _close_nothing() -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class CloudStackExtension:
+    """Commands a package adds to the local endpoint: what a callable of the entry-point group
+    `crhelper.local.cloudstack` returns when `LocalCloudStack` starts (the boot-group API, issue
+    12). `close` is called when the endpoint stops (end running jobs)."""
+
+    name: str
+    commands: Mapping[str, Command]
+    close: Callable[[], None] = _close_nothing
 
 
 @dataclass(frozen=True)
@@ -45,28 +64,34 @@ class RecordedRequest:
     time: float = 0.0
 
 
-def _required(params: Parameters, name: str, command: str) -> str:
+# Parameter readers shared by the built-in commands and the extensions' (each error a 431 naming it).
+
+def required_parameter(params: Parameters, name: str, command: str) -> str:
     value = params.get(name, "")
     if not value:
         raise invalid_parameter(f"Unable to execute API command {command.lower()} due to missing parameter {name}")
     return value
 
 
-def _boolean(params: Parameters, name: str) -> bool:
-    value = params.get(name, "false").lower()
+def boolean_parameter(params: Parameters, name: str, default: bool = False) -> bool:
+    value = params.get(name, "").lower()
+    if value == "":
+        return default
     if value not in ("true", "false"):
         raise invalid_parameter(f"{name}: must be true or false, got {params[name][:40]!r}")
     return value == "true"
 
 
-def _whole(params: Parameters, name: str, minimum: int) -> int | None:
+def whole_parameter(params: Parameters, name: str, minimum: int | None = None) -> int | None:
+    """A whole number (None when absent); below `minimum` is refused."""
     raw = params.get(name)
     if raw is None or raw == "":
         return None
-    if not raw.lstrip("-").isdigit():
+    digits = raw[1:] if raw.startswith("-") else raw
+    if not (digits.isascii() and digits.isdigit()):
         raise invalid_parameter(f"{name}: must be a whole number, got {raw[:40]!r}")
     value = int(raw)
-    if value < minimum:
+    if minimum is not None and value < minimum:
         raise invalid_parameter(f"{name}: must be at least {minimum}, got {value}")
     return value
 
@@ -74,7 +99,7 @@ def _whole(params: Parameters, name: str, minimum: int) -> int | None:
 def page_of(items: list[dict[str, Any]], params: Parameters, key: str) -> dict[str, Any]:
     """CloudStack's list answer: `count` (of all matches) and one page of `key`; `{}` when nothing
     matches; only `count` for a page past the end."""
-    page, size = _whole(params, "page", 1), _whole(params, "pagesize", -1)
+    page, size = whole_parameter(params, "page", 1), whole_parameter(params, "pagesize", -1)
     if page is not None and size is None:
         raise invalid_parameter('"pagesize" parameter is required when "page" is specified')
     if size is not None and (size == 0 or size > MAX_PAGE_SIZE):
@@ -110,6 +135,21 @@ class CloudStackApi:
             "listVirtualMachines": self._list_vms, "listInstanceGroups": self._list_groups,
             "listAsyncJobs": self._list_jobs,
         }
+        self._extra: dict[str, Command] = {}
+
+    def extend(self, extension: CloudStackExtension) -> None:
+        """Serve `extension`'s commands too; a name that is served already is refused (ValueError)."""
+        with self._lock:
+            taken = sorted(name for name in extension.commands if name in self._commands or name in self._extra)
+            if taken:
+                raise ValueError(f"extension {extension.name!r}: command(s) {', '.join(taken)} are served already")
+            self._extra.update(extension.commands)
+
+    def retract(self, extension: CloudStackExtension) -> None:
+        """Stop serving `extension`'s commands (the endpoint stopped)."""
+        with self._lock:
+            for name in extension.commands:
+                self._extra.pop(name, None)
 
     def handle(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> ApiResponse:
         request = WireRequest.of(method, target, headers, body)
@@ -137,11 +177,13 @@ class CloudStackApi:
         wrapper = f"{command.lower()}response" if command else "errorresponse"
         response_headers = {"Content-Type": CONTENT_TYPE}
         if status != 200:
-            response_headers["X-Description"] = str(answer.get("errortext", ""))[:200]
+            # HTTP headers are Latin-1: any other character (an error naming "≥ 0") becomes "?"
+            text = str(answer.get("errortext", ""))[:200]
+            response_headers["X-Description"] = text.encode("latin-1", "replace").decode("latin-1")
         return ApiResponse(status, response_headers, json.dumps({wrapper: answer}).encode("utf-8"))
 
     def _dispatch(self, command: str, params: Parameters) -> dict[str, Any]:
-        handler = self._commands.get(command)
+        handler = self._commands.get(command) or self._extra.get(command)
         if handler is None:
             raise ApiError(UNSUPPORTED_ACTION, "The given command does not exist or it is not available for user"
                            if command else "command: required")
@@ -154,17 +196,17 @@ class CloudStackApi:
 
     # ------------------------------------------------------------------------------ commands
     def _start(self, params: Parameters) -> dict[str, Any]:
-        return {"jobid": self.state.start(_required(params, "id", "startVirtualMachine")).id}
+        return {"jobid": self.state.start(required_parameter(params, "id", "startVirtualMachine")).id}
 
     def _stop(self, params: Parameters) -> dict[str, Any]:
-        vm_id = _required(params, "id", "stopVirtualMachine")
-        return {"jobid": self.state.stop(vm_id, forced=_boolean(params, "forced")).id}
+        vm_id = required_parameter(params, "id", "stopVirtualMachine")
+        return {"jobid": self.state.stop(vm_id, forced=boolean_parameter(params, "forced")).id}
 
     def _reboot(self, params: Parameters) -> dict[str, Any]:
-        return {"jobid": self.state.reboot(_required(params, "id", "rebootVirtualMachine")).id}
+        return {"jobid": self.state.reboot(required_parameter(params, "id", "rebootVirtualMachine")).id}
 
     def _query(self, params: Parameters) -> dict[str, Any]:
-        return self.state.query(_required(params, "jobid", "queryAsyncJobResult"))
+        return self.state.query(required_parameter(params, "jobid", "queryAsyncJobResult"))
 
     def _list_vms(self, params: Parameters) -> dict[str, Any]:
         if params.get("id"):

@@ -10,6 +10,10 @@ process group while the VM is Running (like an instance's boot script: env `VM_I
 `VM_IP`, `HOST`; the VM's private IP is its own loopback address 127.0.0.N), killed as it starts
 stopping, so a TCP check sees it come and go.
 
+Extensions add commands (`CloudStackExtension`): those installed in the entry-point group
+`crhelper.local.cloudstack` (the boot-group API of `handlers.bootgroups.cloudstack_service`) are
+loaded when the endpoint starts, or the constructor's `extensions` are used instead.
+
 Standalone: `python -m crhelper.local.cloudstack_server --vm web-1@web --vm 'db-1=python3 -m http.server'`
 with the key pair `cs` reads too: CLOUDSTACK_KEY / CLOUDSTACK_SECRET.
 """
@@ -17,6 +21,7 @@ with the key pair `cs` reads too: CLOUDSTACK_KEY / CLOUDSTACK_SECRET.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import secrets
@@ -29,7 +34,7 @@ from types import TracebackType
 from typing import Any, Callable, Sequence
 
 from crhelper.cloud.credentials import Credentials
-from crhelper.local.cloudstack_api import API_PATH, CONTENT_TYPE, CloudStackApi, RecordedRequest
+from crhelper.local.cloudstack_api import API_PATH, CONTENT_TYPE, CloudStackApi, CloudStackExtension, RecordedRequest
 from crhelper.local.cloudstack_state import (
     RUNNING, STOPPED, CloudStackSettings, CloudStackState, InstanceGroup, PowerEvent, VirtualMachine,
     invalid_parameter)
@@ -40,6 +45,8 @@ from crhelper.servers import ApiRequestHandler, ApiResponse, LocalHTTPServer, Se
 from crhelper.signals import stop_requested
 
 KEY_ENV, SECRET_ENV = "CLOUDSTACK_KEY", "CLOUDSTACK_SECRET"
+#: The entry-point group of the endpoint's extensions: callables `(LocalCloudStack) -> CloudStackExtension`.
+EXTENSION_GROUP = "crhelper.local.cloudstack"
 #: The longest the ticker sleeps between looks at the job engine (an injected clock may jump).
 _TICK_CAP_SECONDS = 0.1
 #: More than any API call sends (a form body of 1,000 parameters).
@@ -113,14 +120,37 @@ class GuestProcesses:
             self.stop(vm_id)
 
 
+#: What builds an extension for one endpoint (an entry point of EXTENSION_GROUP, or given to the constructor).
+ExtensionFactory = Callable[["LocalCloudStack"], CloudStackExtension]
+
+
+@functools.lru_cache(maxsize=1)
+def installed_extensions() -> tuple[tuple[str, ExtensionFactory | None, str], ...]:
+    """The factories of the entry-point group EXTENSION_GROUP (read once per process): (name,
+    factory, "") or, for one that cannot be loaded, (name, None, why)."""
+    from importlib.metadata import entry_points  # at start only: the import path stays light
+
+    found: list[tuple[str, ExtensionFactory | None, str]] = []
+    for point in sorted(entry_points(group=EXTENSION_GROUP), key=lambda point: point.name):
+        try:
+            found.append((point.name, point.load(), ""))
+        except Exception as exc:  # noqa: BLE001 - one broken package must not stop the endpoint
+            found.append((point.name, None, f"{point.value}: {type(exc).__name__}: {exc}"))
+    return tuple(found)
+
+
 class LocalCloudStack:
     """A CloudStack endpoint on 127.0.0.1 (`endpoint`: `http://127.0.0.1:PORT/client/api`) with
-    one key pair (`api_key`, `secret`; generated when not given)."""
+    one key pair (`api_key`, `secret`; generated when not given).
+
+    `extensions`: factories of the extra commands to serve (tests give them here); None: those
+    installed in the entry-point group `crhelper.local.cloudstack` (the boot-group API), loaded
+    when the endpoint starts. `extensions=()` serves the built-in commands only."""
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None,
                  secret: str | None = None, settings: CloudStackSettings | None = None,
                  clock: Callable[[], float] = time.time, require_expires: bool = False,
-                 guest_log_dir: str | None = None) -> None:
+                 guest_log_dir: str | None = None, extensions: Sequence[ExtensionFactory] | None = None) -> None:
         self.api_key = api_key or secrets.token_urlsafe(32)
         self.secret = secret or secrets.token_urlsafe(32)
         self.state = CloudStackState(settings or CloudStackSettings(), clock)
@@ -134,6 +164,9 @@ class LocalCloudStack:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._ticker: threading.Thread | None = None
+        self._factories = None if extensions is None else list(extensions)
+        #: The extensions serving now (built at start, closed at stop).
+        self.extensions: list[CloudStackExtension] = []
 
     def __repr__(self) -> str:  # the secret stays out
         return f"LocalCloudStack(endpoint={self.endpoint if self._server else None!r}, api_key={self.api_key!r})"
@@ -148,6 +181,7 @@ class LocalCloudStack:
     def start(self) -> "LocalCloudStack":
         if self._server is not None:
             raise RuntimeError("LocalCloudStack is already started")
+        self._load_extensions()
         server = _CloudStackHttpServer(self._address, _Handler)
         server.owner = self
         self._server = server
@@ -158,7 +192,8 @@ class LocalCloudStack:
         return self
 
     def stop(self) -> None:
-        """Stop serving and the ticker, then kill every guest process."""
+        """Stop serving and the ticker, close the extensions (their jobs end), then kill every
+        guest process."""
         if self._server is None or self._serving is None:
             return
         self._serving.stop_accepting()
@@ -166,10 +201,41 @@ class LocalCloudStack:
         self._wake.set()
         if self._ticker is not None:
             self._ticker.join(5.0)
+        self._close_extensions()
         self._serving.stop()
         with self._apply_lock:
             self.guests.stop_all()
         self._server = self._serving = self._ticker = None
+
+    def _load_extensions(self) -> None:
+        """The given factories (their errors raise), else the installed ones (an error is logged
+        and the endpoint serves without that extension)."""
+        if self._factories is not None:
+            for given in self._factories:
+                self._add_extension(given(self))
+            return
+        for name, factory, why in installed_extensions():
+            try:
+                if factory is None:
+                    raise RuntimeError(why)
+                self._add_extension(factory(self))
+            except Exception as exc:  # noqa: BLE001 - one broken package must not stop the endpoint
+                _log.error("cloudstack extension %s not served: %s", name, exc)
+
+    def _add_extension(self, extension: CloudStackExtension) -> None:
+        self.api.extend(extension)
+        self.extensions.append(extension)
+        _log.info("cloudstack extension %s serves %d command(s)", extension.name, len(extension.commands))
+
+    def _close_extensions(self) -> None:
+        """End the extensions' work (their running jobs) and stop serving their commands."""
+        for extension in self.extensions:
+            self.api.retract(extension)
+            try:
+                extension.close()
+            except Exception:  # noqa: BLE001 - the endpoint still stops
+                _log.error("cloudstack extension %s did not close cleanly", extension.name, exc_info=True)
+        self.extensions = []
 
     def __enter__(self) -> "LocalCloudStack":
         return self.start()
@@ -219,11 +285,15 @@ class LocalCloudStack:
         return cs.CloudStack(**{"endpoint": self.endpoint, "key": self.api_key, "secret": self.secret, **kwargs})
 
     def add_vm(self, name: str, *, state: str = STOPPED, hypervisor: str = "KVM", group: str | None = None,
-               guest: Sequence[str] | str | None = None, displayname: str | None = None) -> VirtualMachine:
+               guest: Sequence[str] | str | None = None, displayname: str | None = None,
+               template_type: str = "USER", vm_type: str | None = None,
+               autoscale_group: str | None = None) -> VirtualMachine:
         """A new VM (Stopped, or Running with its guest started); `group` names an instance group
-        (made when new). Returns a snapshot: `id`, `ip` (127.0.0.N), ..."""
+        (made when new); `template_type`, `vm_type`, `autoscale_group` as in `CloudStackState.add_vm`.
+        Returns a snapshot: `id`, `ip` (127.0.0.N), ..."""
         vm = self.state.add_vm(name, state=state, hypervisor=hypervisor, group=group, guest=guest,
-                               displayname=displayname)
+                               displayname=displayname, template_type=template_type, vm_type=vm_type,
+                               autoscale_group=autoscale_group)
         if self._server is not None:
             self.advance()
         return replace(vm)
@@ -292,6 +362,9 @@ def _arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pending-polls", type=int, default=defaults.pending_polls)
     parser.add_argument("--require-expires", action="store_true",
                         help="refuse unversioned requests and expires more than 15 min ahead")
+    parser.add_argument("--no-extensions", action="store_true",
+                        help=f"serve the built-in commands only, not those of the {EXTENSION_GROUP} entry points "
+                             "(the boot-group API)")
     return parser
 
 
@@ -304,13 +377,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = replace(CloudStackSettings.from_env(os.environ), start_seconds=args.start_seconds,
                        stop_seconds=args.stop_seconds, pending_polls=args.pending_polls)
     cloud = LocalCloudStack(host=args.host, port=args.port, api_key=key, secret=secret, settings=settings,
-                            require_expires=args.require_expires)
+                            require_expires=args.require_expires, extensions=() if args.no_extensions else None)
     with stop_requested() as stop, cloud:
         for name, group, command in args.vm:
             vm = cloud.add_vm(name, group=group, guest=command, hypervisor=args.hypervisor,
                               state=RUNNING if args.running else STOPPED)
             print(f"VM {vm.name} id {vm.id} ip {vm.ip}", flush=True)
         print(f"CloudStack endpoint {cloud.endpoint}", flush=True)
+        for extension in cloud.extensions:
+            print(f"extension {extension.name}: {', '.join(sorted(extension.commands))}", flush=True)
         stop.wait()
     return 0
 

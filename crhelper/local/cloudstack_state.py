@@ -7,7 +7,9 @@ follow `cloud-apis.md` §3.5: Stopped -> Starting -> Running, Running -> Stoppin
 reboot Running -> Stopping -> Starting -> Running, each step after a configurable delay. Every
 state change sets the VM's `lastupdated` (what boot groups anchor an already-running VM's initial
 delay to). `queryAsyncJobResult` answers `jobstatus` 0 for the first `pending_polls` polls of a
-job whatever its progress, so clients' polling loops are exercised.
+job whatever its progress, so clients' polling loops are exercised. Besides the VMs' own jobs, the
+engine runs `run_job` jobs: a callable in a thread of its own (the only thread started here),
+which extensions' async commands (boot groups) answer with.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Mapping, Sequence
 
 from crhelper.config import env_float, env_int
+from crhelper.logs import get_logger
 
 STOPPED, STARTING, RUNNING, STOPPING = "Stopped", "Starting", "Running", "Stopping"
 #: Every VM state CloudStack reports (`VirtualMachine.State`); the local VMs use the first four.
@@ -60,6 +63,14 @@ class ApiError(Exception):
 
 def invalid_parameter(text: str) -> ApiError:
     return ApiError(PARAM_ERROR, text, CS_INVALID_PARAMETER)
+
+
+def unknown_entity(command: str, parameter: str, value: str) -> ApiError:
+    """CloudStack's 431 for an id that names nothing (`Invalid parameter id value=...`)."""
+    return invalid_parameter(
+        f"Unable to execute API command {command.lower()} due to invalid value. Invalid parameter "
+        f"{parameter} value={value} due to incorrect long value format, or entity does not exist or "
+        "due to incorrect parameter annotation for the field in api cmd class.")
 
 
 @dataclass(frozen=True)
@@ -104,6 +115,21 @@ class VirtualMachine:
     lastupdated: float
     group_id: str | None = None
     guest: Sequence[str] | str | None = None
+    #: `templatetype` (`Storage.TemplateType`): `USER` for an ordinary VM, `VNF` for a VNF appliance
+    #: (CloudStack 4.19+, which then also lists its `vnfnics`).
+    template_type: str = "USER"
+    #: `vmtype` (`UserVm.getUserVmType`, CloudStack 4.20+): `cksnode` for a CKS cluster node,
+    #: `sharedfsvm` for a Shared FileSystem VM; None (not listed) for an ordinary VM.
+    vm_type: str | None = None
+    #: The AutoScale VM group the VM belongs to (`autoscalevmgroupid`/`name`, CloudStack 4.18+).
+    autoscale_group_id: str | None = None
+    autoscale_group_name: str | None = None
+
+
+#: `templatetype` values (`Storage.TemplateType`) a local VM may have.
+TEMPLATE_TYPES = ("USER", "BUILTIN", "SYSTEM", "PERHOST", "ROUTING", "VNF")
+#: `vmtype` values CloudStack sets on special user VMs (`UserVmManager.CKS_NODE`, `SHAREDFSVM`).
+CKS_NODE, SHARED_FS_VM = "cksnode", "sharedfsvm"
 
 
 @dataclass(frozen=True)
@@ -122,10 +148,14 @@ class _Step:
 
 @dataclass
 class AsyncJob:
+    """One async job: a VM action's timed steps, or (`background`) a callable run in a thread of
+    its own (`run_job`) whose outcome is set when it returns."""
+
     id: str
     cmd: str
     command: str
-    vm_id: str
+    #: What the job acts on (`jobinstancetype`/`jobinstanceid`): a VM, or what `run_job` names.
+    instance_id: str
     created: float
     steps: list[_Step]
     #: (errorcode, errortext) when the job is to fail once its steps are done.
@@ -134,6 +164,8 @@ class AsyncJob:
     completed: float | None = None
     result: dict[str, Any] = field(default_factory=dict)
     polls: int = 0
+    instance_type: str = "VirtualMachine"
+    background: bool = False
 
 
 @dataclass
@@ -149,6 +181,8 @@ _CMD_CLASSES = {
     "stopVirtualMachine": "org.apache.cloudstack.api.command.user.vm.StopVMCmd",
     "rebootVirtualMachine": "org.apache.cloudstack.api.command.user.vm.RebootVMCmd",
 }
+
+_log = get_logger("local.cloudstack")
 
 
 class CloudStackState:
@@ -181,13 +215,21 @@ class CloudStackState:
             return group
 
     def add_vm(self, name: str, *, state: str = STOPPED, hypervisor: str = "KVM", group: str | None = None,
-               guest: Sequence[str] | str | None = None, displayname: str | None = None) -> VirtualMachine:
+               guest: Sequence[str] | str | None = None, displayname: str | None = None,
+               template_type: str = "USER", vm_type: str | None = None,
+               autoscale_group: str | None = None) -> VirtualMachine:
         """A VM Stopped or Running (a Running one starts its guest at the next tick); `group`
-        is an instance group's name or id, made when new."""
+        is an instance group's name or id, made when new. `template_type` `VNF` makes a VNF
+        appliance, `vm_type` `cksnode` a CKS cluster node, `autoscale_group` (a name) a member of
+        that AutoScale VM group: what a boot group must refuse (boot-groups.md §5)."""
         if state not in (STOPPED, RUNNING):
             raise ValueError(f"state: a new VM is {STOPPED} or {RUNNING}, not {state!r}")
         if hypervisor not in HYPERVISORS:
             raise ValueError(f"hypervisor: one of {', '.join(HYPERVISORS)}, not {hypervisor!r}")
+        if template_type not in TEMPLATE_TYPES:
+            raise ValueError(f"template_type: one of {', '.join(TEMPLATE_TYPES)}, not {template_type!r}")
+        if vm_type is not None and vm_type not in (CKS_NODE, SHARED_FS_VM):
+            raise ValueError(f"vm_type: {CKS_NODE}, {SHARED_FS_VM} or None, not {vm_type!r}")
         with self._lock:
             number = FIRST_HOST + len(self.vms)
             if number > LAST_HOST:
@@ -197,8 +239,11 @@ class CloudStackState:
                 found = self.groups.get(group) or next((g for g in self.groups.values() if g.name == group), None)
                 group_id = (found or self.add_group(group)).id
             now = self.clock()
+            autoscale_id = (None if autoscale_group is None else
+                            str(uuid.uuid5(uuid.NAMESPACE_URL, f"crhelper-cloudstack-autoscale:{autoscale_group}")))
             vm = VirtualMachine(str(uuid.uuid4()), name, displayname or name, number, f"127.0.0.{number}",
-                                hypervisor, state, now, now, group_id, guest)
+                                hypervisor, state, now, now, group_id, guest, template_type, vm_type,
+                                autoscale_id, autoscale_group)
             self.vms[vm.id] = vm
             if state == RUNNING:
                 self._events.append(PowerEvent(vm.id, True))
@@ -308,9 +353,9 @@ class CloudStackState:
         with self._lock:
             now = self.clock()
             for job in self.jobs.values():
-                if job.status != JOB_PENDING:
+                if job.status != JOB_PENDING or job.background:
                     continue
-                vm = self.vms[job.vm_id]
+                vm = self.vms[job.instance_id]
                 while job.steps and job.steps[0].due <= now:
                     step = job.steps.pop(0)
                     self._set_state(vm, step.state, step.due)
@@ -328,8 +373,38 @@ class CloudStackState:
         """When the next step is due (None: nothing pending), for the ticker's sleep."""
         with self._lock:
             dues = [job.steps[0].due for job in self.jobs.values() if job.status == JOB_PENDING and job.steps]
-            pending = any(job.status == JOB_PENDING and not job.steps for job in self.jobs.values())
+            pending = any(job.status == JOB_PENDING and not job.steps and not job.background
+                          for job in self.jobs.values())
             return self.clock() if pending else (min(dues) if dues else None)
+
+    def run_job(self, command: str, cmd: str, instance_type: str, instance_id: str,
+                work: Callable[[], dict[str, Any]]) -> AsyncJob:
+        """A job that runs `work` in a thread of its own (how an extension's async command answers
+        with a `jobid` at once): jobstatus 1 with the object `work` returns as `jobresult`
+        (`{"instancebootgroup": {...}}`), or 2 when it raises: an ApiError's code and text, else
+        530 and the exception's text (the traceback goes to the log, never to the caller)."""
+        with self._lock:
+            job = AsyncJob(str(uuid.uuid4()), cmd, command, instance_id, self.clock(), [],
+                           instance_type=instance_type, background=True)
+            self.jobs[job.id] = job
+
+        def run() -> None:
+            try:
+                result, failure = work(), None
+            except ApiError as error:
+                result, failure = {}, (error.errorcode, error.errortext)
+            except Exception as exc:  # noqa: BLE001 - a job's failure is its answer
+                _log.error("cloudstack job %s (%s) failed", job.id, command, exc_info=True)
+                result, failure = {}, (INTERNAL_ERROR, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+            with self._lock:
+                job.completed = self.clock()
+                if failure is None:
+                    job.status, job.result = JOB_SUCCEEDED, result
+                else:
+                    job.status, job.result = JOB_FAILED, {"errorcode": failure[0], "errortext": failure[1]}
+
+        threading.Thread(target=run, name=f"cloudstack-job-{job.id[:8]}", daemon=True).start()
+        return job
 
     def drain_events(self) -> list[PowerEvent]:
         with self._lock:
@@ -342,10 +417,7 @@ class CloudStackState:
             self.advance()
             job = self.jobs.get(job_id)
             if job is None:
-                raise invalid_parameter(f"Unable to execute API command queryasyncjobresult due to invalid value. "
-                                        f"Invalid parameter jobid value={job_id} due to incorrect long value "
-                                        "format, or entity does not exist or due to incorrect parameter annotation "
-                                        "for the field in api cmd class.")
+                raise unknown_entity("queryAsyncJobResult", "jobid", job_id)
             job.polls += 1
             return self.describe_job(job, hide=job.polls <= self.settings.pending_polls)
 
@@ -353,11 +425,11 @@ class CloudStackState:
         status = JOB_PENDING if hide else job.status
         answer: dict[str, Any] = {
             "accountid": self.account_id, "userid": self.account_id, "cmd": job.cmd, "jobid": job.id,
-            "jobstatus": status, "jobprocstatus": 0, "jobresultcode": 0, "jobinstancetype": "VirtualMachine",
-            "jobinstanceid": job.vm_id, "created": cs_date(job.created)}
+            "jobstatus": status, "jobprocstatus": 0, "jobresultcode": 0, "jobinstancetype": job.instance_type,
+            "jobinstanceid": job.instance_id, "created": cs_date(job.created)}
         if status != JOB_PENDING:
             answer.update(jobresulttype="object", jobresult=job.result,
-                          jobresultcode=0 if status == JOB_SUCCEEDED else INTERNAL_ERROR)
+                          jobresultcode=0 if status == JOB_SUCCEEDED else job.result.get("errorcode", INTERNAL_ERROR))
             if job.completed is not None:
                 answer["completed"] = cs_date(job.completed)
         return answer
@@ -397,8 +469,26 @@ class CloudStackState:
             answer.update(groupid=group.id, group=group.name)
         if vm.state in (RUNNING, STOPPING, STARTING):
             answer.update(hostid=self.host_id, hostname="localhost")
+        answer.update(_template_fields(vm))
+        if vm.vm_type is not None:
+            answer["vmtype"] = vm.vm_type
+        if vm.autoscale_group_id is not None:
+            answer.update(autoscalevmgroupid=vm.autoscale_group_id, autoscalevmgroupname=vm.autoscale_group_name)
         return answer
 
     def describe_group(self, group: InstanceGroup) -> dict[str, Any]:
         return {"id": group.id, "name": group.name, "created": cs_date(group.created), "account": self.account,
                 "domainid": self.domain_id, "domain": "ROOT"}
+
+
+def _template_fields(vm: VirtualMachine) -> dict[str, Any]:
+    """The template a VM was made from, as `UserVmResponse` lists it: `templateid`, `templatename`,
+    `templatetype`; a VNF appliance also lists `vnfnics` (`VnfNicResponse`: its management NIC)."""
+    kind = vm.template_type.lower()
+    fields: dict[str, Any] = {
+        "templateid": str(uuid.uuid5(uuid.NAMESPACE_URL, f"crhelper-cloudstack-template:{kind}")),
+        "templatename": f"local-{kind}", "templatetype": vm.template_type}
+    if vm.template_type == "VNF":
+        fields["vnfnics"] = [{"deviceid": 0, "name": "management", "required": True, "management": True,
+                              "description": "the appliance's management NIC"}]
+    return fields

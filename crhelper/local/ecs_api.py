@@ -38,6 +38,10 @@ MAX_USER_DATA = 32 * 1024
 MAX_COMMAND_CONTENT = 18 * 1024
 COMMAND_TYPES = ("RunShellScript", "RunBatScript", "RunPowerShellScript")
 BATCH_MODES = ("AllTogether", "SuccessFirst")
+#: Actions whose API has no RegionId (the instance id says where it is).
+REGIONLESS_ACTIONS = ("ModifyInstanceSpec", "ReplaceSystemDisk")
+#: Tag keys only Alibaba's own services set (`acs:autoscaling:scalingGroupId`); a caller's are refused.
+RESERVED_TAG_PREFIXES = ("aliyun", "acs:")
 
 Effects = Callable[[Transition], None]
 Launch = Callable[[Invocation, "list[InvocationTarget]"], None]
@@ -160,6 +164,7 @@ def invocation_view(invocation: Invocation, include_output: bool, encoding: str)
         "Timeout": invocation.timeout, "CreationTime": _iso(invocation.created),
         "WorkingDir": invocation.working_dir, "Username": invocation.username,
         "Parameters": json.dumps(invocation.parameters), "Timed": False,
+        "Tags": {"Tag": [{"TagKey": key, "TagValue": value} for key, value in invocation.tags]},
         "InvokeInstances": {"InvokeInstance": rows},
     }
 
@@ -184,7 +189,8 @@ class EcsApi:
             "StartInstances": self._start_instances, "StopInstances": self._stop_instances,
             "RebootInstances": self._reboot_instances, "DescribeInstanceStatus": self._describe_instance_status,
             "DescribeInstances": self._describe_instances, "RunInstances": self._run_instances,
-            "DeleteInstances": self._delete_instances,
+            "DeleteInstances": self._delete_instances, "ModifyInstanceSpec": self._modify_instance_spec,
+            "ReplaceSystemDisk": self._replace_system_disk,
             "DescribeCloudAssistantStatus": self._describe_cloud_assistant_status,
             "RunCommand": self._run_command, "DescribeInvocationResults": self._describe_invocation_results,
             "DescribeInvocations": self._describe_invocations,
@@ -273,8 +279,8 @@ class EcsApi:
                            f"(this endpoint serves {', '.join(self.actions)}).")
         self._take_fault(call.action)
         params = Params({name: value for name, value in parameters.items() if name not in _SIGNING_PARAMETERS})
-        region = params.required("RegionId")
-        if region != self.fleet.region_id:
+        region = params.text("RegionId") if call.action in REGIONLESS_ACTIONS else params.required("RegionId")
+        if region and region != self.fleet.region_id:
             raise EcsError(404, "InvalidRegionId.NotFound",
                            f"The specified RegionId does not exist: {region[:32]!r} (this endpoint is "
                            f"{self.fleet.region_id}).")
@@ -341,6 +347,27 @@ class EcsApi:
             self.fleet.delete(instance_id, force, force_stop)
         return {}
 
+    def _change_stopped(self, params: Params, action: str, name: str) -> str:
+        """An InstanceId's new `name` value, while it is Stopped (checked first; DryRun stops there)."""
+        instance_id = params.required("InstanceId")
+        value = params.required(name, max_length=128)
+        params.text("ClientToken", max_length=64)
+        self.fleet.check_stopped_change(instance_id, action)
+        if params.boolean("DryRun"):
+            raise dry_run_passed()
+        self.fleet.change_stopped(instance_id, action, value)
+        return instance_id
+
+    def _modify_instance_spec(self, params: Params) -> dict[str, Any]:
+        """A pay-as-you-go instance's new InstanceType, while it is Stopped (bandwidth and disks are
+        not modelled here)."""
+        self._change_stopped(params, "ModifyInstanceSpec", "InstanceType")
+        return {}
+
+    def _replace_system_disk(self, params: Params) -> dict[str, Any]:
+        """A Stopped instance's new image (what an upgrade boots)."""
+        return {"DiskId": "d-" + self._change_stopped(params, "ReplaceSystemDisk", "ImageId")[2:]}
+
     # ------------------------------------------------------------------ describing
     def _describe_instance_status(self, params: Params) -> dict[str, Any]:
         wanted = params.listed("InstanceId", 100)
@@ -395,19 +422,14 @@ class EcsApi:
         amount = params.integer("Amount", 1, 1, 100)
         min_amount = params.integer("MinAmount", amount, 1, amount)
         user_data = params.base64("UserData", max_length=MAX_USER_DATA)
-        tags = []
-        for index, tag in enumerate(params.structs("Tag", 20), start=1):
-            key = tag.get("Key", "")
-            if not key or len(key) > 128:
-                raise invalid(f"Tag.{index}.Key", "must be 1 to 128 characters", "InvalidTagKey.Malformed")
-            tags.append((key, tag.get("Value", "")))
+        tags = caller_tags(params)
         spec = InstanceSpec(
             instance_name=params.text("InstanceName", max_length=128), host_name=params.text("HostName", max_length=64),
             unique_suffix=params.boolean("UniqueSuffix"),
             instance_type=params.text("InstanceType", "ecs.local.small", max_length=64),
             image_id=params.text("ImageId", "local_linux_x64", max_length=128), zone_id=params.text("ZoneId"),
             description=params.text("Description", max_length=256),
-            user_data=params.values.get("UserData", "") if user_data is not None else "", tags=tuple(tags))
+            user_data=params.values.get("UserData", "") if user_data is not None else "", tags=tags)
         token = params.text("ClientToken", max_length=64)
         if params.boolean("DryRun"):
             raise dry_run_passed()
@@ -446,6 +468,12 @@ class EcsApi:
         if unknown:
             raise invalid("Parameters", f"CommandContent uses {{{{{unknown[0]}}}}}, which Parameters does not give",
                           "InvalidParameter.Parameters")
+        tags = caller_tags(params)
+        token = params.text("ClientToken", max_length=64)
+        fingerprint = tuple(sorted((k, v) for k, v in params.values.items() if k != "ClientToken"))
+        earlier = self.fleet.invocation_for_token(token, fingerprint)
+        if earlier is not None:  # a retried RunCommand: the first one's ids, nothing runs again
+            return {"InvokeId": earlier.invoke_id, "CommandId": earlier.command_id}
         for instance_id in ids:
             self.fleet.get(instance_id)
         self.fleet.check_agents(ids)
@@ -454,22 +482,26 @@ class EcsApi:
                                 content=content, name=params.text("Name", max_length=128),
                                 timeout=timeout, working_dir=params.text("WorkingDir", max_length=200),
                                 username=params.text("Username", max_length=255), repeat_mode=repeat,
-                                created=self.fleet.clock(), parameters=values)
+                                created=self.fleet.clock(), parameters=values, tags=tags)
         scripts = {}
         for instance_id in ids:
             instance = self.fleet.get(instance_id)
             builtins = {"ACS::InstanceId": instance_id, "ACS::InstanceName": instance.instance_name,
                         "ACS::RegionId": instance.region_id, "ACS::InvokeId": invoke_id, "ACS::CommandId": command_id}
             scripts[instance_id] = fill(content, {**builtins, **values}) if enabled else content
-        self._launch(invocation, self.fleet.invoke(invocation, scripts))
+        self._launch(invocation, self.fleet.invoke(invocation, scripts, token, fingerprint))
         return {"InvokeId": invoke_id, "CommandId": command_id}
 
     def _invocations(self, params: Params) -> list[Invocation]:
+        """By `InvokeId` (one or none), else all, in creation order; only those carrying every `Tag.N`."""
         invoke_id = params.text("InvokeId")
+        tags = params.structs("Tag", 20)
         if invoke_id:
             found = self.fleet.invocations.get(invoke_id)
-            return [found] if found is not None else []
-        return list(self.fleet.invocations.values())
+            candidates = [found] if found is not None else []
+        else:
+            candidates = list(self.fleet.invocations.values())
+        return [invocation for invocation in candidates if invocation.tagged(tags)]
 
     def _describe_invocation_results(self, params: Params) -> dict[str, Any]:
         encoding = params.choice("ContentEncoding", "Base64", ("PlainText", "Base64"))
@@ -520,6 +552,20 @@ def rpc_parameter(request: WireRequest, name: str) -> str:
         return rpc.request_parameters(request).get(name, "")
     except SignatureRejected:
         return ""
+
+
+def caller_tags(params: Params) -> tuple[tuple[str, str], ...]:
+    """`Tag.N.Key`/`Tag.N.Value` of RunInstances or RunCommand (at most 20); system keys refused."""
+    tags = []
+    for index, tag in enumerate(params.structs("Tag", 20), start=1):
+        key = tag.get("Key", "")
+        if not key or len(key) > 128:
+            raise invalid(f"Tag.{index}.Key", "must be 1 to 128 characters", "InvalidTagKey.Malformed")
+        if key.lower().startswith(RESERVED_TAG_PREFIXES) or any(part in key for part in ("http://", "https://")):
+            raise invalid(f"Tag.{index}.Key", "must not start with aliyun or acs: (system tags) nor contain "
+                          "http:// or https://", "InvalidTagKey.Malformed")
+        tags.append((key, tag.get("Value", "")))
+    return tuple(tags)
 
 
 def _name_matches(pattern: str, name: str) -> bool:

@@ -4,9 +4,13 @@ When an instance reaches Running its UserData (a base64 shell script, as ECS tak
 `/bin/sh` in the instance's sandbox, with `ECS_INSTANCE_ID`, `ECS_PRIVATE_IP` and `HOST` (its
 127.0.0.N address) in the environment; leaving Running (stop, reboot, delete) ends the instance's
 process groups, its Cloud Assistant commands included: SIGTERM then SIGKILL after a grace, SIGKILL
-at once when forced. Nothing outlives the endpoint: every process is started through a one-line
-bootstrap that arms the parent-death signal (`processes.die_with_parent`), from one long-lived
-thread (the kernel ties that signal to the thread that forked), and `stop` kills what is left.
+at once when forced. What a command left running in the background (a daemon a service started,
+in its own session even) goes too: every process carries its instance's `ECS_INSTANCE_ID`, and a
+halt ends the live ones that do (`instance_processes`, read from /proc), as a real instance's
+shutdown ends everything on it. Nothing outlives the endpoint: every process is started through a
+one-line bootstrap that arms the parent-death signal (`processes.die_with_parent`), from one
+long-lived thread (the kernel ties that signal to the thread that forked), and `stop` kills what is
+left, the background ones included.
 """
 
 from __future__ import annotations
@@ -48,6 +52,35 @@ def decode_user_data(user_data: str) -> bytes:
         return base64.b64decode(user_data.encode("ascii"), validate=True)
     except (binascii.Error, UnicodeEncodeError):
         raise ValueError("UserData must be base64") from None
+
+
+def _carries(pid: int, instance_id: str) -> bool:
+    """Whether process `pid` lives and its environment holds the instance's ECS_INSTANCE_ID (a
+    zombie's environment reads empty)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as environ:
+            return f"ECS_INSTANCE_ID={instance_id}".encode() in environ.read().split(b"\0")
+    except OSError:  # gone, or not ours to read
+        return False
+
+
+def instance_processes(instance_id: str) -> list[int]:
+    """The live processes (not this one) that carry the instance's ECS_INSTANCE_ID, from /proc
+    ([] where there is none)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    return [int(name) for name in entries
+            if name.isdigit() and int(name) != os.getpid() and _carries(int(name), instance_id)]
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def guest_env(instance: Instance, sandbox: Path) -> dict[str, str]:
@@ -108,6 +141,8 @@ class GuestHost:
         self._lock = threading.Lock()
         #: instance id -> {"boot" or an invoke id: the process group's leader}
         self._groups: dict[str, dict[str, "subprocess.Popen[bytes]"]] = {}
+        #: Every instance a process was started for (whose background processes `stop` ends)
+        self._started_for: set[str] = set()
         self._halted: set[int] = set()
         self._reapers: list[threading.Thread] = []
 
@@ -136,6 +171,8 @@ class GuestHost:
         for proc in groups:
             self._halted.add(proc.pid)
             signal_group(proc.pid, signal.SIGKILL)
+        for instance_id in sorted(self._started_for):
+            _signal_all(instance_processes(instance_id), signal.SIGKILL)
         for proc in groups:
             _reap(proc, 5.0)
         for reaper in list(self._reapers):
@@ -167,6 +204,7 @@ class GuestHost:
                              stderr=subprocess.STDOUT, die_with_parent=True)
         with self._lock:
             self._groups.setdefault(instance.instance_id, {})[key] = proc
+            self._started_for.add(instance.instance_id)
         return proc
 
     def forget(self, instance_id: str, key: str) -> None:
@@ -206,23 +244,36 @@ class GuestHost:
             self._fork(instance, "boot", [SHELL, USER_DATA_FILE], sandbox, log)
 
     def _halt(self, instance_id: str, forced: bool) -> None:
+        """Signal the instance's groups, then whatever else carries its ECS_INSTANCE_ID; after the
+        grace, SIGKILL what is left of both (only the processes seen now: a reboot's new boot is not
+        touched)."""
         with self._lock:
             procs = list(self._groups.pop(instance_id, {}).values())
+        sig = signal.SIGKILL if forced else signal.SIGTERM
         for proc in procs:
             self._halted.add(proc.pid)
-            signal_group(proc.pid, signal.SIGKILL if forced else signal.SIGTERM)
-        if procs:
-            reaper = threading.Thread(target=self._finish, args=(procs,), name="ecs-guest-reaper", daemon=True)
+            signal_group(proc.pid, sig)
+        background = instance_processes(instance_id)
+        _signal_all(background, sig)
+        if procs or background:
+            reaper = threading.Thread(target=self._finish, args=(instance_id, procs, background),
+                                      name="ecs-guest-reaper", daemon=True)
             self._reapers = [r for r in self._reapers if r.is_alive()] + [reaper]
             reaper.start()
 
-    def _finish(self, procs: list["subprocess.Popen[bytes]"]) -> None:
-        """After the grace, SIGKILL whatever of the groups is left; reap the leaders."""
+    def _finish(self, instance_id: str, procs: list["subprocess.Popen[bytes]"], background: list[int]) -> None:
+        """After the grace, SIGKILL whatever of the groups and of `background` is left; reap the leaders."""
         deadline = time.monotonic() + self.kill_grace
-        while time.monotonic() < deadline and any(_group_alive(p) for p in procs):
+
+        def left() -> list[int]:
+            return [pid for pid in background if _carries(pid, instance_id)]
+
+        while time.monotonic() < deadline and (any(_group_alive(p) for p in procs) or left()):
             time.sleep(0.02)
         for proc in procs:
             signal_group(proc.pid, signal.SIGKILL)
+        _signal_all(left(), signal.SIGKILL)
+        for proc in procs:
             _reap(proc, 5.0)
 
 
@@ -239,4 +290,4 @@ def _reap(proc: "subprocess.Popen[bytes]", timeout: float) -> None:
         _log.warning("guest process %d did not exit after SIGKILL", proc.pid)
 
 
-__all__ = ["GuestHost", "decode_user_data", "guest_env", "SHELL"]
+__all__ = ["GuestHost", "decode_user_data", "guest_env", "instance_processes", "SHELL"]

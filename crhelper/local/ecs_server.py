@@ -9,7 +9,9 @@ Every request's signature is verified (ACS3-HMAC-SHA256, the 7.x default, or RPC
 `Config(signature_algorithm="v2")`). Instances go Pending → Starting → Running and Running →
 Stopping → Stopped after configurable delays; each has its own 127.0.0.N address and sandbox,
 its UserData runs as a process group while it is Running (`ecs_guest`), and RunCommand runs for
-real (`ecs_assistant`). Tests queue faults (`inject_fault`) and read what was asked (`requests`).
+real (`ecs_assistant`; a repeated ClientToken runs nothing again, Tag.N marks the invocation for
+DescribeInvocations' filter). A Stopped instance takes a new type (ModifyInstanceSpec) or image
+(ReplaceSystemDisk). Tests queue faults (`inject_fault`) and read what was asked (`requests`).
 
 Standalone: `python -m crhelper.local.ecs_server --instance web --instance db:Running`, with the
 access key taken from ALIBABA_CLOUD_ACCESS_KEY_ID / ALIBABA_CLOUD_ACCESS_KEY_SECRET.
@@ -244,6 +246,12 @@ class LocalECS:
         """The agent flag DescribeCloudAssistantStatus reports and RunCommand requires."""
         with self.fleet.lock:
             self.fleet.set_cloud_assistant(instance_id, installed)
+
+    def tag_instance(self, instance_id: str, tags: Mapping[str, str]) -> None:
+        """Tag an instance as a managing service would: ACK's `ack.aliyun.com`, or Auto Scaling's
+        `acs:autoscaling:scalingGroupId` (a system tag, which RunInstances refuses from callers)."""
+        with self.fleet.lock:
+            self.fleet.tag(instance_id, tags)
 
     def invocation(self, invoke_id: str) -> Invocation:
         with self.fleet.lock:

@@ -14,7 +14,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 PENDING, STARTING, RUNNING, STOPPING, STOPPED = "Pending", "Starting", "Running", "Stopping", "Stopped"
 #: Not an ECS status: what a Transition says when an instance is released.
@@ -29,6 +29,9 @@ INV_ACTIVE = (INV_PENDING, INV_RUNNING)
 #: Terminal statuses that count as a failure in the aggregate.
 INV_FAILURES = (INV_FAILED, INV_TIMEOUT, INV_ABORTED, INV_TERMINATED, "Error", "Invalid", "Cancelled")
 PARTIAL_FAILED = "PartialFailed"
+
+#: The actions that change a Stopped instance, and the field each sets.
+STOPPED_CHANGES = {"ModifyInstanceSpec": "instance_type", "ReplaceSystemDisk": "image_id"}
 
 #: Cloud Assistant keeps 24 KB of a command's output; `Dropped` counts the rest.
 MAX_OUTPUT_BYTES = 24 * 1024
@@ -143,6 +146,14 @@ class Invocation:
     created: float
     parameters: dict[str, str]
     targets: dict[str, InvocationTarget] = field(default_factory=dict)
+    #: RunCommand's `Tag.N.*`, which DescribeInvocations and DescribeInvocationResults filter on.
+    tags: tuple[tuple[str, str], ...] = ()
+
+    def tagged(self, wanted: Iterable[Mapping[str, str]]) -> bool:
+        """Whether every wanted `{Key, Value}` is among the tags (a tag without Value: any value)."""
+        mine = dict(self.tags)
+        return all(tag.get("Key", "") in mine and ("Value" not in tag or mine[tag.get("Key", "")] == tag["Value"])
+                   for tag in wanted)
 
     @property
     def status(self) -> str:
@@ -248,6 +259,8 @@ class Fleet:
         self._instances: dict[str, Instance] = {}
         self._next_address = 2
         self._client_tokens: dict[str, tuple[tuple[object, ...], list[str]]] = {}
+        #: RunCommand ClientToken -> (the request's fingerprint, its InvokeId)
+        self._command_tokens: dict[str, tuple[tuple[object, ...], str]] = {}
         self._events: list[Transition] = []
         self.invocations: dict[str, Invocation] = {}
 
@@ -402,8 +415,27 @@ class Fleet:
         del self._instances[instance_id]
         self._events.append(Transition(replace(instance), instance.status, DELETED, self.clock(), force_stop))
 
+    def check_stopped_change(self, instance_id: str, action: str) -> Instance:
+        """The instance, when `action` (one of STOPPED_CHANGES) may change it: only while it is Stopped."""
+        return self._in_status(instance_id, STOPPED, action)
+
+    def change_stopped(self, instance_id: str, action: str, value: str) -> Instance:
+        """ModifyInstanceSpec: a pay-as-you-go instance's new type; ReplaceSystemDisk: its new image
+        (the sandbox, the local "disks", is kept)."""
+        instance = self.check_stopped_change(instance_id, action)
+        setattr(instance, STOPPED_CHANGES[action], value)
+        return instance
+
     def set_cloud_assistant(self, instance_id: str, enabled: bool) -> None:
         self.get(instance_id).cloud_assistant = enabled
+
+    def tag(self, instance_id: str, tags: Mapping[str, str]) -> None:
+        """Add or replace tags, as a managing service does (ACK's `ack.aliyun.com`; Auto Scaling's
+        `acs:autoscaling:scalingGroupId`, a system tag no RunInstances caller may set)."""
+        instance = self.get(instance_id)
+        merged = dict(instance.tags)
+        merged.update(tags)
+        instance.tags = tuple(merged.items())
 
     def agent_running(self, instance: Instance) -> bool:
         """What DescribeCloudAssistantStatus says: the agent is installed and its instance runs."""
@@ -417,7 +449,19 @@ class Fleet:
                 raise EcsError(403, "InvalidInstance.UnInstallCloudAssistant",
                                f"The Cloud Assistant agent is not installed on instance {instance_id}.")
 
-    def invoke(self, invocation: Invocation, scripts: dict[str, str]) -> list[InvocationTarget]:
+    def invocation_for_token(self, client_token: str, fingerprint: tuple[object, ...]) -> Invocation | None:
+        """The invocation an earlier RunCommand with this ClientToken made (then nothing runs again);
+        the same token with other parameters is refused."""
+        earlier = self._command_tokens.get(client_token) if client_token else None
+        if earlier is None:
+            return None
+        if earlier[0] != fingerprint:
+            raise EcsError(400, "IdempotentParameterMismatch",
+                           f"ClientToken {client_token[:64]!r} was used before with other parameters.")
+        return self.invocations.get(earlier[1])
+
+    def invoke(self, invocation: Invocation, scripts: dict[str, str], client_token: str = "",
+               fingerprint: tuple[object, ...] = ()) -> list[InvocationTarget]:
         """Record an invocation; instances not Running are Aborted at once. The targets to run are returned."""
         now = self.clock()
         runnable: list[InvocationTarget] = []
@@ -430,6 +474,8 @@ class Fleet:
                 runnable.append(target)
             invocation.targets[instance_id] = target
         self.invocations[invocation.invoke_id] = invocation
+        if client_token:
+            self._command_tokens[client_token] = (fingerprint, invocation.invoke_id)
         return runnable
 
     def invocation(self, invoke_id: str) -> Invocation:

@@ -2,13 +2,21 @@
 
     backend = CloudStackBackend(CloudStackConfig.resolve(settings))   # or CLOUDSTACK_* from the environment
 
-Start, stop and reboot submit the VM's async job and watch `queryAsyncJobResult` for at most
-`job_wait` seconds: a job that fails quickly (jobstatus 2) raises at once, with its `jobresultcode`
-and error text; one still pending is left running, since the engine only needs "asked" and must
-not wait a whole tier out on one job. The job is remembered, and the next `vm_state` of that VM
-looks at it once more before reading `listVirtualMachines`, so a job that fails later raises there.
-(The memory is this process's: after a restart, a job that failed unseen shows as a VM that stays
-Stopped until the tier's deadline.)
+Start and stop submit the VM's async job and watch `queryAsyncJobResult` for at most `job_wait`
+seconds: a job that fails quickly (jobstatus 2) raises at once, with its `jobresultcode` and error
+text; one still pending is left running, since the engine only needs "asked" and must not wait a
+whole tier out on one job. The job is remembered, and the next `vm_state` of that VM looks at it
+once more before reading `listVirtualMachines`, so a job that fails later raises there. (The memory
+is this process's: after a restart, a job that failed unseen shows as a VM that stays Stopped until
+the tier's deadline.) A reboot (reboot-on-retry, §4.2.4) is different: it returns only once its job
+ended and the VM reads Running again, within `reboot_wait` seconds, so the next attempt's initial
+delay counts from a booted VM and no attempt is spent on a VM still Stopping or Starting.
+
+The Create/Update checks of §5 (`backends.Inventory`): `vm_states` reads many VMs with one
+`listVirtualMachines ids=` per `ids_per_call` ids (an id the answer leaves out is Missing: it does
+not exist, or another account owns it); `group_identity` is an instance group's uuid (a Name
+resolved through `listInstanceGroups name=`); `ineligible` reads the VNF template type, the CKS node
+`vmtype` and the AutoScale VM group from the same listing.
 
 States map onto the engine's (`cloud-apis.md` §3.5): Migrating is Running (a live migration keeps
 the guest up), Shutdown is Stopped, Destroyed/Expunging and an unknown id are Missing, Error and
@@ -37,14 +45,15 @@ import re
 import threading
 import time
 from datetime import datetime
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
-from crhelper.cloud.poll import Done, Finished, Observation, PollSettings, Waiting, is_throttling_or_server_error, poll
+from crhelper.cloud.poll import (
+    Done, Finished, Observation, OffPath, PollFailed, PollSettings, Waiting, is_throttling_or_server_error, poll)
 from crhelper.config import env_float, env_int
 from crhelper.errors import Failure
 from crhelper.logs import get_logger
 
-from .backends import FAILED, MISSING, RUNNING, STARTING, STOPPED, STOPPING, CheckResult, VmState
+from .backends import FAILED, MISSING, RUNNING, STARTING, STOPPED, STOPPING, CheckResult, NotFound, VmState
 from .model import ERROR, GUEST_AGENT, NOT_READY, PING, PORT, PORT_CHECK, READY, GroupRef
 from .probes import ping, tcp_probe
 
@@ -52,6 +61,7 @@ ENDPOINT_ENV, KEY_ENV, SECRET_ENV = "CLOUDSTACK_ENDPOINT", "CLOUDSTACK_KEY", "CL
 METHOD_ENV, TIMEOUT_ENV = "CLOUDSTACK_METHOD", "CLOUDSTACK_TIMEOUT"
 JOB_WAIT_ENV = "CRHELPER_BOOTGROUP_CLOUDSTACK_JOB_WAIT"
 RETRY_ENV = "CRHELPER_BOOTGROUP_CLOUDSTACK_RETRY_SECONDS"
+REBOOT_WAIT_ENV = "CRHELPER_BOOTGROUP_CLOUDSTACK_REBOOT_WAIT"
 
 #: CloudStack VM states (`VirtualMachine.State`) as the engine reads them.
 STATES = {
@@ -65,6 +75,11 @@ LASTUPDATED_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
 PERMANENT_ERRORS = frozenset({531, 532, 533, 535, 536, 537})
 JOB_PENDING, JOB_SUCCEEDED = 0, 1
 KVM = "KVM"
+#: `templatetype` of a VNF appliance's template (CloudStack 4.19+) and `vmtype` of a CKS cluster
+#: node (`UserVmManager.CKS_NODE`, listed from CloudStack 4.20).
+VNF_TEMPLATE, CKS_NODE = "VNF", "cksnode"
+#: `cs` signs `~` as itself, a Java CloudStack server as `%7E` (cloud-apis.md §3.2): refused.
+UNSIGNABLE = "~"
 
 _log = get_logger("bootgroups.cloudstack")
 _ERRNO_TEXT = re.compile(r"\[Errno -?\d+\] [^'\"()\]]+")
@@ -94,12 +109,17 @@ class CloudStackConfig:
     #: Seconds throttling and transient 5xx answers are retried.
     retry_seconds: float = 10.0
     poll: PollSettings = PollSettings(initial=0.2, cap=2.0)
+    #: Seconds a reboot may take until its job ended and the VM reads Running again.
+    reboot_wait: float = 300.0
+    #: VM ids per `listVirtualMachines ids=` call (a GET URL stays well under a server's 8 KB).
+    ids_per_call: int = 100
 
     @classmethod
     def resolve(cls, given: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> "CloudStackConfig":
         """From the resource's settings (`Endpoint`, `Key`, `Secret`, `Method`, `Timeout`), each
         defaulting to the variable `cs` reads (`CLOUDSTACK_ENDPOINT`, `_KEY`, `_SECRET`, `_METHOD`,
-        `_TIMEOUT`); `CRHELPER_BOOTGROUP_CLOUDSTACK_JOB_WAIT` (2 s) and `_RETRY_SECONDS` (10 s)."""
+        `_TIMEOUT`); `CRHELPER_BOOTGROUP_CLOUDSTACK_JOB_WAIT` (2 s), `_RETRY_SECONDS` (10 s) and
+        `_REBOOT_WAIT` (300 s)."""
         env = os.environ if env is None else env
         given = given or {}
 
@@ -121,7 +141,7 @@ class CloudStackConfig:
             raise Failure(f"the cloudstack backend's Method ({METHOD_ENV}) must be get or post")
         timeout = env_int({f"Timeout ({TIMEOUT_ENV})": pick("Timeout", TIMEOUT_ENV)}, f"Timeout ({TIMEOUT_ENV})", 10, minimum=1)
         return cls(endpoint, key, secret, method, timeout, job_wait=env_float(env, JOB_WAIT_ENV, 2.0),
-                   retry_seconds=env_float(env, RETRY_ENV, 10.0))
+                   retry_seconds=env_float(env, RETRY_ENV, 10.0), reboot_wait=env_float(env, REBOOT_WAIT_ENV, 300.0))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +161,7 @@ class CloudStackBackend:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._jobs: dict[str, _Job] = {}
+        self._failed: dict[str, CloudStackError] = {}
         self._seen: dict[str, dict[str, Any]] = {}
 
     def __repr__(self) -> str:
@@ -151,11 +172,12 @@ class CloudStackBackend:
     def vm_state(self, vm: str) -> VmState:
         """The state `listVirtualMachines` reports, after one look at a job still pending for the
         VM (a failed one raises its error here)."""
+        with self._lock:
+            failure = self._failed.pop(vm, None)
+        if failure is not None:  # seen by vm_states, raised here: the instance's own error
+            raise failure
         self._watch_job(vm, 0.0)
-        described = self._describe(vm)
-        if described is None:
-            return VmState(MISSING)
-        return VmState(STATES.get(str(described.get("state")), FAILED), parse_lastupdated(described.get("lastupdated")))
+        return state_of(self._describe(vm))
 
     def start_vm(self, vm: str) -> None:
         """Submit the start unless the VM last read Running or Starting (CloudStack would refuse it)."""
@@ -176,25 +198,52 @@ class CloudStackBackend:
         self._submit("stopVirtualMachine", vm, forced=forced)
 
     def reboot_vm(self, vm: str) -> None:
-        self._submit("rebootVirtualMachine", vm)
+        """Reboot and return once the job ended (a failed one raises with its jobresultcode and
+        error text) and the VM reads Running again, within `reboot_wait` seconds (else raise,
+        naming the VM, its last state and the bound)."""
+        bound = self.config.reboot_wait
+        deadline = self._clock() + bound
+        job = self._submit("rebootVirtualMachine", vm, watch=0.0)
+        seen: list[str] = []
+
+        def probe() -> Observation[None]:
+            pending = self._job_observation(vm)  # raises for a failed job
+            if isinstance(pending, Waiting):
+                return pending
+            described = self._describe(vm)
+            state = state_of(described).state
+            seen[:] = [str(described.get("state")) if described else MISSING]
+            if state == RUNNING:
+                return Done(None)
+            if state in (STOPPED, MISSING, FAILED):
+                return OffPath(f"VM {vm!r} reads {seen[0]} after its reboot (job {job}), not Running")
+            return Waiting(seen[0])
+
+        result = poll(probe, deadline=deadline, settings=self.config.poll, what=f"the reboot of VM {vm!r}",
+                      clock=self._clock, sleep=self._sleep)
+        if isinstance(result, Finished):
+            return
+        if isinstance(result, PollFailed) and result.off_path:
+            raise CloudStackError(result.reason, command="rebootVirtualMachine", subject=f"VM {vm!r}")
+        with self._lock:
+            still_pending = vm in self._jobs
+        if not seen or still_pending:  # the job never ended: what state is the VM in now?
+            described = self._describe(vm)
+            seen[:] = [str(described.get("state")) if described else MISSING]
+        pending_text = f"; its job {job} is still pending" if still_pending else ""
+        raise CloudStackError(
+            f"VM {vm!r} did not read Running within {bound:g} s of its reboot (last state: {seen[0]}{pending_text}; "
+            f"the bound is {REBOOT_WAIT_ENV})", command="rebootVirtualMachine", subject=f"VM {vm!r}")
 
     def expand_group(self, group: GroupRef) -> list[str]:
         """An instance group's VMs now: by `Id` (`listVirtualMachines groupid=`), by its listed
         `Instances`, or by `Name` (the one instance group of that name)."""
         if group.instances is not None:
             return list(group.instances)
-        if group.tag_key is not None:
-            raise Failure(f"instance group {group.name or ''!r}: Tag selects ECS instances; on CloudStack give Id or Instances")
-        group_id = group.id
-        if group_id is None:
-            if not group.name:
-                raise Failure("an instance group needs Id, Instances or Name on the cloudstack backend")
-            found = self._call("listInstanceGroups", f"instance group {group.name!r}", read=True, name=group.name)
-            matches = [g for g in found.get("instancegroup", []) if g.get("name") == group.name]
-            if len(matches) != 1:
-                found_text = "no CloudStack instance group has" if not matches else f"{len(matches)} CloudStack instance groups have"
-                raise Failure(f"instance group {group.name!r}: {found_text} this name; give its Id")
-            group_id = str(matches[0]["id"])
+        try:
+            group_id = self._group_uuid(group)
+        except NotFound as exc:
+            raise Failure(str(exc)) from None
         listed = self._call("listVirtualMachines", f"instance group {group_id!r}", read=True, groupid=group_id,
                             fetch_list=True)
         vms = [dict(vm) for vm in listed] if isinstance(listed, list) else []
@@ -222,6 +271,45 @@ class CloudStackBackend:
             return ping(address, timeout)
         return CheckResult(ERROR, f"no checker for rule type {rule_type} on the cloudstack backend")
 
+    # --- Inventory (backends.py): the Create/Update checks of §5 --------------------------------------
+
+    def vm_states(self, vms: Sequence[str]) -> dict[str, VmState]:
+        """The states of `vms` from one `listVirtualMachines ids=` per `ids_per_call` ids, each
+        mapped as `vm_state` maps one; an id the answer leaves out is MISSING (it does not exist, or
+        another account owns it: these keys do not list it). A job still pending for one of them is
+        looked at first; a VM whose job failed is left out of the answer, and its next `vm_state`
+        raises that job's error (so the failure is reported as that instance's)."""
+        wanted = list(dict.fromkeys(vms))
+        with self._lock:
+            pending = [vm for vm in wanted if vm in self._jobs]
+        failed = set()
+        for vm in pending:
+            try:
+                self._watch_job(vm, 0.0)
+            except CloudStackError as exc:
+                with self._lock:
+                    self._failed[vm] = exc
+                failed.add(vm)
+        described = self._describe_many([vm for vm in wanted if vm not in failed])
+        return {vm: state_of(described.get(vm)) for vm in wanted if vm not in failed}
+
+    def group_identity(self, group: GroupRef) -> str | None:
+        """The instance group's uuid: its `Id` once `listInstanceGroups id=` shows it, else its
+        `Name` resolved by `listInstanceGroups name=` (exactly one match). None for an `Instances`
+        list without an Id: its Name is its identity. NotFound for an Id or Name these keys do not
+        see; Failure for a Name several groups have (give the Id) or a Tag (an ECS selector)."""
+        if group.instances is not None and group.id is None:
+            return None
+        return self._group_uuid(group)
+
+    def ineligible(self, vms: Sequence[str]) -> dict[str, str]:
+        """Why some of `vms` may not join a boot group (§5), read from one `listVirtualMachines
+        ids=` per `ids_per_call` ids: a VNF appliance, a CKS cluster node, a member of an AutoScale
+        VM group; VMs that are eligible or do not exist are absent."""
+        described = self._describe_many(list(dict.fromkeys(vms)))
+        found = {vm: ineligibility(seen) for vm, seen in described.items()}
+        return {vm: reason for vm, reason in found.items() if reason}
+
     # --- for validation ---------------------------------------------------------------------------
 
     def has_guest_agent(self, vm: str) -> bool | None:
@@ -244,7 +332,14 @@ class CloudStackBackend:
 
     def _call(self, command: str, subject: str, *, read: bool, **params: Any) -> Any:
         """One API call, retried on throttling and transient 5xx (and connection errors on reads)
-        for up to `retry_seconds`; a failure raises CloudStackError naming `command` and `subject`."""
+        for up to `retry_seconds`; a failure raises CloudStackError naming `command` and `subject`.
+        A value with `~` is refused before it is sent (see UNSIGNABLE)."""
+        refused = unsignable(params)
+        if refused:
+            raise CloudStackError(
+                f"CloudStack {command} for {subject} not sent: {refused} contains '{UNSIGNABLE}', which the cs "
+                "client signs unescaped while a CloudStack server checks it as %7E, so the server would refuse the "
+                "signature (HTTP 401); use a value without it", command=command, subject=subject)
         import requests
 
         client = self._client()
@@ -277,7 +372,10 @@ class CloudStackBackend:
 
     def _describe(self, vm: str) -> dict[str, Any] | None:
         """The VM as `listVirtualMachines id=` shows it, None when there is none (an empty answer,
-        or a 431 for an id that does not exist)."""
+        a 431 for an id that does not exist, or an id with `~`, which no CloudStack uuid has and a
+        server could not verify: not sent)."""
+        if UNSIGNABLE in vm:
+            return None
         try:
             found = self._call("listVirtualMachines", f"VM {vm!r}", read=True, id=vm)
         except CloudStackError as exc:
@@ -292,15 +390,79 @@ class CloudStackBackend:
                 self._seen.pop(vm, None)
         return vms[0] if vms else None
 
-    def _submit(self, command: str, vm: str, **params: Any) -> None:
+    def _describe_many(self, vms: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The VMs of `vms` that `listVirtualMachines ids=` shows, by id, one call per `ids_per_call`
+        ids (`cs` pages each answer). A real server answers a uuid it has never seen with a 431
+        naming it (`ids value=<uuid>`): that id is dropped and the call made again without it. An
+        id with `~` is no uuid and is not sent (see `_describe`)."""
+        found: dict[str, dict[str, Any]] = {}
+        size = max(1, self.config.ids_per_call)
+        sendable = [vm for vm in vms if UNSIGNABLE not in vm]
+        for start in range(0, len(sendable), size):
+            chunk = list(sendable[start:start + size])
+            while chunk:
+                subject = f"VMs {', '.join(repr(vm) for vm in chunk[:3])}{' ...' if len(chunk) > 3 else ''}"
+                try:
+                    listed = self._call("listVirtualMachines", subject, read=True, ids=",".join(chunk), fetch_list=True)
+                except CloudStackError as exc:
+                    unknown = next((vm for vm in chunk if f"value={vm} " in str(exc)), None) if exc.errorcode == 431 else None
+                    if unknown is None:
+                        raise
+                    chunk.remove(unknown)
+                    continue
+                wanted = set(chunk)
+                found.update({str(v["id"]): dict(v) for v in (listed if isinstance(listed, list) else [])
+                              if isinstance(v, dict) and str(v.get("id")) in wanted})
+                break
+        with self._lock:
+            for vm in vms:
+                if vm in found:
+                    self._seen[vm] = found[vm]
+                else:
+                    self._seen.pop(vm, None)
+        return found
+
+    def _group_uuid(self, group: GroupRef) -> str:
+        """The uuid of the instance group `group` names: its `Id` once `listInstanceGroups id=`
+        shows it, else its `Name`'s one match (NotFound when none, Failure when several)."""
+        if group.tag_key is not None:
+            raise Failure(f"instance group {group.name or ''!r}: Tag selects ECS instances; on CloudStack give Id or Instances")
+        if group.id is not None:
+            try:
+                found = self._call("listInstanceGroups", f"instance group {group.id!r}", read=True, id=group.id)
+            except CloudStackError as exc:
+                if exc.errorcode != 431:  # a uuid the server has never seen
+                    raise
+                found = {}
+            if not any(g.get("id") == group.id for g in found.get("instancegroup", [])):
+                raise NotFound(f"instance group Id {group.id!r}: no CloudStack instance group with this id is visible "
+                               "to these API keys (it does not exist, or another account owns it)")
+            return group.id
+        if not group.name:
+            raise Failure("an instance group needs Id, Instances or Name on the cloudstack backend")
+        found = self._call("listInstanceGroups", f"instance group {group.name!r}", read=True, name=group.name)
+        matches = [g for g in found.get("instancegroup", []) if g.get("name") == group.name]
+        if not matches:
+            raise NotFound(f"instance group Name {group.name!r}: no CloudStack instance group visible to these API keys "
+                           "has this name")
+        if len(matches) > 1:
+            ids = ", ".join(str(g.get("id")) for g in matches)
+            raise Failure(f"instance group Name {group.name!r}: {len(matches)} CloudStack instance groups have this name "
+                          f"({ids}); give the one you mean as Id")
+        return str(matches[0]["id"])
+
+    def _submit(self, command: str, vm: str, *, watch: float | None = None, **params: Any) -> str | None:
+        """Submit `command` for `vm`; watch its job for `watch` seconds (default `job_wait`). The
+        job id, None when the answer has none."""
         answer = self._call(command, f"VM {vm!r}", read=False, id=vm, **params)
         jobid = answer.get("jobid") if isinstance(answer, dict) else None
         if not jobid:
-            return
+            return None
         with self._lock:
             self._jobs[vm] = _Job(command, str(jobid))
         _log.info("CloudStack %s submitted for VM %s: job %s", command, vm, jobid)
-        self._watch_job(vm, self.config.job_wait)
+        self._watch_job(vm, self.config.job_wait if watch is None else watch)
+        return str(jobid)
 
     def _watch_job(self, vm: str, wait: float) -> None:
         """Look at the VM's pending job (once, or until it ends within `wait` s); a failed job
@@ -338,6 +500,40 @@ class CloudStackBackend:
 
 
 # --- pure helpers ---------------------------------------------------------------------------------
+
+
+def state_of(described: Mapping[str, Any] | None) -> VmState:
+    """A `listVirtualMachines` entry as the engine's state (None: the VM is Missing)."""
+    if described is None:
+        return VmState(MISSING)
+    return VmState(STATES.get(str(described.get("state")), FAILED), parse_lastupdated(described.get("lastupdated")))
+
+
+def ineligibility(described: Mapping[str, Any]) -> str:
+    """Why a VM may not join a boot group (§5), from its `listVirtualMachines` fields; "" when it may."""
+    reasons = []
+    if described.get("templatetype") == VNF_TEMPLATE:
+        reasons.append(f"it is a VNF appliance (templatetype {VNF_TEMPLATE})")
+    elif described.get("vnfnics"):
+        reasons.append("it is a VNF appliance (it lists vnfnics)")
+    if described.get("vmtype") == CKS_NODE:
+        reasons.append(f"it is a CKS cluster node (vmtype {CKS_NODE})")
+    if described.get("autoscalevmgroupid"):
+        name = described.get("autoscalevmgroupname")
+        reasons.append(f"it is in AutoScale VM group {name!r} (autoscalevmgroupid {described['autoscalevmgroupid']})"
+                       if name else f"it is in an AutoScale VM group (autoscalevmgroupid {described['autoscalevmgroupid']})")
+    return "; ".join(reasons)
+
+
+def unsignable(params: Mapping[str, Any]) -> str:
+    """The first parameter whose value a CloudStack server cannot verify once `cs` signs it
+    (`name 'value'`, the value cut), "" when there is none."""
+    for name, value in params.items():
+        values = value if isinstance(value, (list, tuple)) else [value]
+        for item in values:
+            if isinstance(item, str) and UNSIGNABLE in item:
+                return f"{name} {item[:60]!r}"
+    return ""
 
 
 def parse_lastupdated(value: Any) -> float | None:

@@ -9,14 +9,27 @@
 * Retries: Throttling* and 5xx answers are retried on the `crhelper.cloud.poll` schedule for at most
   `call_timeout` seconds (a ThrottlingException's `retry_after` is waited first); anything else
   fails at once as a `Failure` naming the action, the instance, the code and the request id.
-* State: DescribeInstances (`InstanceIds`), which also gives the VPC address the checks connect to.
-  ECS has no "last power change" field with seconds: a change this backend observed (one status,
-  then another) is dated when it saw it; otherwise a Running instance's `StartTime` (minute
-  precision) is read as the end of its minute, capped at now, so the initial delay is never cut
-  short; a boot the provider recorded (`engine.power_changes`, passed as `known_boots`) inside that
-  minute is used as is, so it is not mistaken for a restart outside the group.
+* State: one instance through DescribeInstances (`InstanceIds`), which also gives the VPC address
+  the checks connect to; several (`vm_states`, a tier's poll round) through DescribeInstanceStatus,
+  at most 100 `InstanceId.N` per call and `PageSize` 50, every page read; an id it does not list
+  (deleted, another account's or region's) is MISSING. ECS has no "last power change" field with
+  seconds: a change this backend observed (one status, then another) is dated when it saw it;
+  otherwise a Running instance's `StartTime` (minute precision; DescribeInstances, one call per 100
+  such instances, kept while the instance stays Running in this backend's sight) is read as the end
+  of its minute, capped at now, so the initial delay is never cut short; a boot the provider
+  recorded (`engine.power_changes`, passed as `known_boots`) inside that minute is used as is, so it
+  is not mistaken for a restart outside the group.
 * Groups: `Instances` as given, or `Tag {Key, Value}` through DescribeInstances `Tag.1.*`, paged
-  with `NextToken`.
+  with `NextToken`; a Tag group is one item across boot groups as `tag:<Key>=<Value>`
+  (`group_identity`).
+* Eligibility (`ineligible`, §5): the ECS analogues of CloudStack's ineligible VMs, read from the tags
+  the managing services put on their instances (DescribeInstances `Tags`, 100 instances per call):
+  `ack.aliyun.com` (value: the cluster id) marks a node of an ACK (Kubernetes) cluster, as a CKS node
+  is in CloudStack; `acs:autoscaling:scalingGroupId` (value: the scaling group id) an instance of an
+  Auto Scaling group, as a member of an AutoScale VM group is. Both services start, stop and release
+  those instances themselves. ACK's node-pool documentation lists both keys among the tags "added by
+  ACK" and "added by Auto Scaling" to every node. CloudStack's third case, a VNF appliance, has no
+  ECS counterpart.
 * Checks run from the function, inside the VPC: PortCheck a TCP connect to the instance's
   `VpcAttributes.PrivateIpAddress`, Ping the shared `probes.ping`; GuestAgentLiveness asks
   DescribeCloudAssistantStatus for "true", then runs `echo ok` with RunCommand and polls
@@ -27,83 +40,41 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
-import os
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from crhelper.cloud.credentials import REGION_ENV, Credentials, missing_hint, resolve
+from crhelper.cloud.credentials import Credentials, missing_hint, resolve
 from crhelper.cloud.poll import (
-    Done, Finished, OffPath, OutOfBudget, PollFailed, PollSettings, Waiting, is_throttling_or_server_error, poll,
+    Done, Finished, OffPath, OutOfBudget, PollFailed, Waiting, is_throttling_or_server_error, poll,
 )
-from crhelper.config import env_float
+from crhelper.cloud.ecs import EcsSettings, sdk_client, sdk_error
 from crhelper.errors import Failure
 
 from . import probes
 from .backends import MISSING, RUNNING, STARTING, STOPPED, STOPPING, CheckResult, VmState
 from .model import ERROR, GUEST_AGENT, NOT_READY, PING, PORT, PORT_CHECK, READY, GroupRef
 
-ENDPOINT_ENV = "CRHELPER_ECS_ENDPOINT"
-ECS_REGION_ENV = "CRHELPER_ECS_REGION"
-CALL_TIMEOUT_ENV = "CRHELPER_ECS_CALL_TIMEOUT"
 INCORRECT_STATUS = "IncorrectInstanceStatus"
 #: The command GuestAgentLiveness runs through Cloud Assistant.
 AGENT_PROBE = "echo ok"
 #: Per-instance invocation statuses after which nothing changes (cloud-apis.md §2).
 TERMINAL = ("Success", "Failed", "Error", "Timeout", "Cancelled", "Terminated", "Invalid", "Aborted", "Stopped")
-_LOOPBACK = ("127.", "localhost", "[::1]", "::1")
-
-
-@dataclasses.dataclass(frozen=True)
-class EcsSettings:
-    """Where and how this backend talks to ECS. `endpoint` is `host:port` without scheme (the SDK's
-    `Config.endpoint`); `call_timeout` bounds the retries of one action; `poll` is the back-off of
-    those retries and of the Cloud Assistant result polling."""
-
-    region: str
-    endpoint: str
-    protocol: str = "https"
-    call_timeout: float = 30.0
-    poll: PollSettings = PollSettings()
-    connect_timeout_ms: int = 5_000
-    read_timeout_ms: int = 15_000
-    #: DescribeInstances MaxResults when expanding a Tag group (ECS allows up to 100).
-    page_size: int = 100
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, *, region: str | None = None,
-                 on_fc: bool | None = None, endpoint: str | None = None) -> "EcsSettings":
-        """Region: `region` (the resource's), else CRHELPER_ECS_REGION, ALIBABA_CLOUD_REGION_ID, FC_REGION.
-        Endpoint: `endpoint` (the resource's), else CRHELPER_ECS_ENDPOINT (`host:port` or a URL; a bare
-        loopback address means http), else `ecs-vpc.<region>.aliyuncs.com` on Function Compute,
-        `ecs.<region>.aliyuncs.com` elsewhere."""
-        env = os.environ if env is None else env
-        region = region or env.get(ECS_REGION_ENV) or env.get(REGION_ENV) or env.get("FC_REGION") or ""
-        if not region:
-            raise Failure(f"the ecs backend needs a region: give the resource's region or set {ECS_REGION_ENV} "
-                          f"(or {REGION_ENV})")
-        if on_fc is None:
-            on_fc = bool(env.get("FC_FUNCTION_NAME") or env.get("FC_FUNC_CODE_PATH"))
-        given = (endpoint or env.get(ENDPOINT_ENV) or "").strip()
-        if given:
-            endpoint, protocol = _split_endpoint(given)
-        else:
-            endpoint, protocol = f"ecs{'-vpc' if on_fc else ''}.{region}.aliyuncs.com", "https"
-        return cls(region=region, endpoint=endpoint, protocol=protocol,
-                   call_timeout=env_float(env, CALL_TIMEOUT_ENV, 30.0, minimum=0.1), poll=PollSettings.from_env(env))
-
-
-def _split_endpoint(given: str) -> tuple[str, str]:
-    scheme, sep, rest = given.partition("://")
-    if sep:
-        if scheme not in ("http", "https"):
-            raise Failure(f"{ENDPOINT_ENV} must be host:port or an http(s) URL, got scheme {scheme!r}")
-        return rest.rstrip("/"), scheme
-    return given.rstrip("/"), "http" if given.startswith(_LOOPBACK) else "https"
+#: Most instance ids one DescribeInstanceStatus / DescribeInstances call takes.
+MAX_IDS = 100
+#: DescribeInstanceStatus's largest PageSize.
+STATUS_PAGE_SIZE = 50
+#: Tag key -> why an instance carrying it may not join a boot group (§5; see the module doc).
+INELIGIBLE_TAGS = (
+    ("ack.aliyun.com", "it is a node of ACK (Kubernetes) cluster {value} (tag ack.aliyun.com), which manages "
+                       "its nodes' power: the ECS counterpart of a CKS cluster node"),
+    ("acs:autoscaling:scalingGroupId", "it is an instance of Auto Scaling group {value} (tag "
+                                       "acs:autoscaling:scalingGroupId), which starts and releases its instances: "
+                                       "the ECS counterpart of an AutoScale VM group member"),
+)
 
 
 class EcsCallTimedOut(Failure):
@@ -126,6 +97,8 @@ class EcsBackend:
         #: vm -> (status last seen, when this backend saw it change to that status; None: not seen)
         self._seen: dict[str, tuple[str, float | None]] = {}
         self._addresses: dict[str, str] = {}
+        #: vm -> its StartTime, read while it was Running with no change seen (dropped when its status changes)
+        self._start_times: dict[str, str | None] = {}
 
     @classmethod
     def from_env(cls, context: object | None = None, env: Mapping[str, str] | None = None, *,
@@ -144,15 +117,7 @@ class EcsBackend:
 
         with self._lock:
             if self._client is None:
-                from alibabacloud_ecs20140526.client import Client
-                from alibabacloud_tea_openapi import models as open_api_models
-
-                given = self._credentials
-                self._client = Client(open_api_models.Config(
-                    access_key_id=given.access_key_id, access_key_secret=given.access_key_secret,
-                    security_token=given.security_token or None, endpoint=self.settings.endpoint,
-                    protocol=self.settings.protocol, region_id=self.settings.region,
-                    connect_timeout=self.settings.connect_timeout_ms, read_timeout=self.settings.read_timeout_ms))
+                self._client = sdk_client(self.settings, self._credentials)
             return self._client, models
 
     def _call(self, action: str, subject: str, send: Callable[[Any, Any], Any], *,
@@ -189,15 +154,7 @@ class EcsBackend:
     # ------------------------------------------------------------------ state
     def _describe(self, vm: str) -> Any:
         """The DescribeInstances entry of `vm`, None when ECS does not know it."""
-        def send(client: Any, models: Any) -> Any:
-            request = models.DescribeInstancesRequest(region_id=self.settings.region, instance_ids=json.dumps([vm]))
-            return client.describe_instances(request).body
-
-        body = self._call("DescribeInstances", f"instance {vm!r}", send)
-        found = [i for i in _items(body, "instances", "instance") if i.instance_id == vm]
-        if found:
-            self._remember_address(found[0])
-        return found[0] if found else None
+        return self._describe_many([vm]).get(vm)
 
     def _status(self, vm: str) -> str:
         found = self._describe(vm)
@@ -217,7 +174,64 @@ class EcsBackend:
             previous = self._seen.get(vm)
             since = None if previous is None else previous[1] if previous[0] == status else now
             self._seen[vm] = (status, since)
+            if previous is not None and previous[0] != status:
+                self._start_times.pop(vm, None)
         return since
+
+    def vm_states(self, vms: Sequence[str]) -> dict[str, VmState]:
+        """The states of `vms` from DescribeInstanceStatus (100 ids a call, every page of 50), dated as
+        `vm_state` dates them; MISSING for an id ECS does not list. A Running instance this backend
+        has not seen change costs one DescribeInstances per 100 such instances, once (its StartTime)."""
+        wanted = list(dict.fromkeys(vms))
+        listed: dict[str, str] = {}
+        for chunk in _chunks(wanted, MAX_IDS):
+            listed.update(self._instance_statuses(chunk))
+        now = self._clock()
+        states: dict[str, VmState] = {}
+        undated: list[str] = []
+        for vm in wanted:
+            status = _power_state(listed.get(vm))
+            since = self._observe(vm, status, now)
+            states[vm] = VmState(status, since)
+            if status == RUNNING and since is None:
+                undated.append(vm)
+        if undated:
+            started = self._running_since(undated)
+            for vm in undated:
+                states[vm] = VmState(RUNNING, self._boot_estimate(vm, started.get(vm), now))
+        return states
+
+    def _instance_statuses(self, chunk: list[str]) -> dict[str, str]:
+        """DescribeInstanceStatus of at most 100 ids, every page: instance id -> Status."""
+        found: dict[str, str] = {}
+        subject = _instances_subject(chunk)
+        for number in range(1, math.ceil(len(chunk) / STATUS_PAGE_SIZE) + 2):  # one more: a page that shrank
+            def send(client: Any, models: Any, number: int = number) -> Any:
+                return client.describe_instance_status(models.DescribeInstanceStatusRequest(
+                    region_id=self.settings.region, instance_id=chunk, page_number=number,
+                    page_size=STATUS_PAGE_SIZE)).body
+
+            body = self._call("DescribeInstanceStatus", subject, send)
+            rows = _items(body, "instance_statuses", "instance_status")
+            for row in rows:
+                if row.instance_id in chunk:
+                    found[row.instance_id] = row.status
+            total = getattr(body, "total_count", None)
+            if len(rows) < STATUS_PAGE_SIZE or (isinstance(total, int) and number * STATUS_PAGE_SIZE >= total):
+                break
+        return found
+
+    def _running_since(self, vms: list[str]) -> dict[str, str | None]:
+        """The StartTime of Running instances, read once while they stay Running (see `_observe`)."""
+        with self._lock:
+            known = {vm: self._start_times[vm] for vm in vms if vm in self._start_times}
+        unread = [vm for vm in vms if vm not in known]
+        if unread:
+            described = self._describe_many(unread)
+            with self._lock:
+                for vm in unread:
+                    known[vm] = self._start_times[vm] = getattr(described.get(vm), "start_time", None)
+        return known
 
     def _boot_estimate(self, vm: str, start_time: str | None, now: float) -> float | None:
         """A Running instance's last boot when this backend did not see it happen (see the module doc)."""
@@ -294,24 +308,64 @@ class EcsBackend:
             raise Failure(f"{name}: on ECS an InstanceGroup gives Instances or Tag {{Key, Value}}"
                           + (" (Id is CloudStack's)" if group.id else ""))
         key, value = group.tag_key, group.tag_value or None
-        subject = f"{name} (tag {key}={value or '*'})"
         found: list[str] = []
+        def by_tag(models: Any) -> dict[str, Any]:
+            return {"tag": [models.DescribeInstancesRequestTag(key=key, value=value)]}
+
+        for instance in self._describe_pages(f"{name} (tag {key}={value or '*'})", self.settings.page_size, by_tag):
+            if instance.instance_id not in found:
+                found.append(instance.instance_id)
+        return found
+
+    def _describe_pages(self, subject: str, page_size: int, filters: Callable[[Any], dict[str, Any]]) -> Iterator[Any]:
+        """Every instance DescribeInstances lists under `filters(models)`, page by page (NextToken);
+        their addresses are remembered on the way."""
         token: str | None = None
         while True:
             def send(client: Any, models: Any, token: str | None = token) -> Any:
-                request = models.DescribeInstancesRequest(
-                    region_id=self.settings.region, max_results=self.settings.page_size, next_token=token,
-                    tag=[models.DescribeInstancesRequestTag(key=key, value=value)])
-                return client.describe_instances(request).body
+                return client.describe_instances(models.DescribeInstancesRequest(
+                    region_id=self.settings.region, max_results=page_size, next_token=token, **filters(models))).body
 
             body = self._call("DescribeInstances", subject, send)
             for instance in _items(body, "instances", "instance"):
                 self._remember_address(instance)
-                if instance.instance_id not in found:
-                    found.append(instance.instance_id)
+                yield instance
             token = getattr(body, "next_token", None) or None
             if token is None:
-                return found
+                return
+
+    def _describe_many(self, vms: Sequence[str]) -> dict[str, Any]:
+        """The DescribeInstances entries of `vms` (100 ids a call); an instance ECS does not know is absent."""
+        found: dict[str, Any] = {}
+        for chunk in _chunks(list(dict.fromkeys(vms)), MAX_IDS):
+            ids = {"instance_ids": json.dumps(chunk)}  # read by each page's request, within this iteration
+            for instance in self._describe_pages(_instances_subject(chunk), MAX_IDS, lambda _models: ids):
+                if instance.instance_id in chunk:
+                    found[instance.instance_id] = instance
+        return found
+
+    # ------------------------------------------------------------------ Inventory (§5 checks)
+    def group_identity(self, group: GroupRef) -> str | None:
+        """`tag:<Key>=<Value>` (`=*` for any value) for a Tag group, whatever its Name; None for an
+        `Instances` list (its Name is its identity). No call: a tag matching nothing is an empty group."""
+        if group.instances is not None:
+            return None
+        if not group.tag_key:
+            raise Failure(f"InstanceGroup {group.name or ''!r}: on ECS an InstanceGroup gives Instances or Tag "
+                          "{Key, Value}" + (" (Id is CloudStack's)" if group.id else ""))
+        return f"tag:{group.tag_key}={group.tag_value or '*'}"
+
+    def ineligible(self, vms: Sequence[str]) -> dict[str, str]:
+        """Why some of `vms` may not join a boot group, from their tags (INELIGIBLE_TAGS: an ACK node,
+        an Auto Scaling instance); an instance ECS does not know is absent (`vm_states` says MISSING)."""
+        reasons: dict[str, str] = {}
+        for vm, instance in self._describe_many(vms).items():
+            tags = {row.tag_key: row.tag_value or "" for row in _items(instance, "tags", "tag") if row.tag_key}
+            for key, reason in INELIGIBLE_TAGS:
+                if key in tags:
+                    reasons[vm] = reason.format(value=repr(tags[key]))
+                    break
+        return reasons
 
     def _remember_address(self, instance: Any) -> None:
         addresses = getattr(getattr(getattr(instance, "vpc_attributes", None), "private_ip_address", None),
@@ -464,6 +518,15 @@ def _last(reason: str) -> str:
     return tail[:-1] if sep and tail.endswith(")") else head
 
 
+def _chunks(items: list[str], size: int) -> list[list[str]]:
+    return [items[start:start + size] for start in range(0, len(items), size)]
+
+
+def _instances_subject(vms: Sequence[str]) -> str:
+    """How an error names a batch: the instance itself when alone, else the first and how many more."""
+    return f"instance {vms[0]!r}" if len(vms) == 1 else f"instances {vms[0]!r} and {len(vms) - 1} more"
+
+
 def _items(body: Any, wrapper: str, field: str) -> list[Any]:
     """`body.<wrapper>.<field>` (ECS wraps every list in a singular-named object), [] when absent."""
     return list(getattr(getattr(body, wrapper, None), field, None) or [])
@@ -486,25 +549,3 @@ def _parse_start_time(value: str | None) -> float | None:
         except ValueError:
             continue
     return None
-
-
-def sdk_error(exc: Exception, action: str, subject: str, endpoint: str) -> str:
-    """An SDK exception as one line naming the action and the instance; never a traceback or a key."""
-    kind = type(exc).__name__
-    code = getattr(exc, "code", None)
-    if kind == "UnretryableException" or (code is None and getattr(exc, "status_code", None) is None):
-        inner = getattr(exc, "inner_exception", None) or exc
-        text = str(inner).splitlines()[0][:300] if str(inner) else type(inner).__name__
-        return f"ECS {action} of {subject}: could not reach the endpoint {endpoint} ({kind}: {text})"
-    data = getattr(exc, "data", None)
-    message = (data.get("Message") if isinstance(data, dict) else None) or getattr(exc, "message", "") or ""
-    request_id = getattr(exc, "request_id", None) or (data.get("RequestId") if isinstance(data, dict) else None)
-    parts = [f"ECS {action} of {subject} failed: {code} (HTTP {getattr(exc, 'status_code', '?')})"]
-    if message:
-        parts.append(f": {message}")
-    retry_after = getattr(exc, "retry_after", None)
-    if retry_after:
-        parts.append(f"; retry after {retry_after} s")
-    if request_id:
-        parts.append(f" [request {request_id}]")
-    return "".join(parts)

@@ -1,9 +1,14 @@
 """What the engine asks of a backend (local processes, ECS, CloudStack): one Protocol, no
 implementation here. Each backend lives in its own module and satisfies it.
 
-A backend may also offer `vm_states(vms) -> dict[str, VmState]`, the states of several instances
-from one call (the local backend: one supervisor `list()`); the engine and the provider use it when
-it is there (`engine.vm_states`) and read one instance at a time otherwise.
+A backend may also offer the calls of `Inventory` (each one on its own): `vm_states`, the states of
+several instances from one call (the local backend: one supervisor `list()`; ECS: DescribeInstanceStatus),
+used by the engine and the provider when it is there (`engine.vm_states`), one instance at a time
+otherwise; and, for the Create/Update checks of §5, `group_identity` and `ineligible`. Two more
+optional calls serve the engine: `watch_check(rule_type, vm, details, timeout, window) -> CheckResult`
+(a check that keeps trying through `window` seconds and answers the moment it is Ready, so a tier is
+not seen ready only on the poll grid) and `stopped_detail(vm) -> str | None` (why an instance that
+should run is down: an exit code or signal, a log path), used in a failed attempt's reason.
 
 Times are on the engine's clock (POSIX seconds in production), so a backend reports an instance's
 last power change on the same scale the engine measures the initial delay with.
@@ -12,7 +17,7 @@ last power change on the same scale the engine measures the initial delay with.
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Protocol
+from typing import Mapping, Protocol, Sequence
 
 from .model import GroupRef
 
@@ -72,4 +77,30 @@ class BootBackend(Protocol):
         """Run one Ping, PortCheck or GuestAgentLiveness check within `timeout` seconds (the attempt's
         remaining budget, possibly 0). An instance without a guest agent answers GuestAgentLiveness
         with Error."""
+        ...
+
+
+class NotFound(LookupError):
+    """An item the template names does not exist for these credentials (an instance group by Id or
+    Name, a tag that matches nothing is not this: an empty group is allowed). The message says which."""
+
+
+class Inventory(Protocol):
+    """Optional calls (a backend offers any of them; callers look each one up with getattr)."""
+
+    def vm_states(self, vms: Sequence[str]) -> dict[str, VmState]:
+        """The states of `vms` from as few calls as the API allows; MISSING for an id that does not
+        exist or belongs to another account (§5: the item must exist and belong to the owner)."""
+        ...
+
+    def group_identity(self, group: GroupRef) -> str | None:
+        """What makes this instance group one item across stacks and names (§5 UNIQUE(member_type,
+        member_id)): CloudStack's group uuid (a Name resolved through listInstanceGroups), ECS's
+        `tag:<Key>=<Value>`; None when the group's Name is its identity (an `Instances` list). Raises
+        NotFound for a group that does not exist."""
+        ...
+
+    def ineligible(self, vms: Sequence[str]) -> dict[str, str]:
+        """Why some of `vms` may not join a boot group (§5: a VNF appliance, a CKS cluster node, a
+        member of an AutoScale VM group), by instance id; the others are absent."""
         ...

@@ -53,11 +53,15 @@ SHOW_DESCRIPTION = """\
 One boot group: its members tier by tier (ascending BootOrder) with their readiness (Ready,
 NotReady, Error or Unknown, and what the last check saw) and each instance's power state, the
 effective settings (the group's overrides over the defaults, and the global ones from the
-environment), and the timeline of its last start, stop or reboot."""
+environment), and the timeline of its last start, stop or reboot. Readiness comes from the stored
+results, never a new check: an instance restarted outside the group since its last boot reads
+Unknown ("not yet re-verified"), and one that is not Running reads NotReady unless
+--ignore-instance-state. Reading writes nothing."""
 SHOW_EPILOG = """\
 examples:
   crhelper bootgroups show tiers-tiers
   crhelper bootgroups show tiers-tiers --json | jq '.Tiers[].Members[].Readiness'
+  crhelper bootgroups show tiers-tiers --ignore-instance-state
 """
 
 EVENTS_DESCRIPTION = """\
@@ -137,6 +141,9 @@ def register(subparsers: "SubParsers") -> None:
     show = add_command(sub, "show", "one group: members by tier with readiness, settings, last timeline",
                 SHOW_DESCRIPTION, SHOW_EPILOG)
     _named(show)
+    show.add_argument("--ignore-instance-state", action="store_true",
+                      help="show each instance's cached readiness even when it is not Running "
+                           "(by default a stopped instance reads NotReady)")
     _common(show)
     show.set_defaults(func=Body("handlers.bootgroups.commands:show"))
 

@@ -38,8 +38,8 @@ from . import engine, events as ev
 from .backend_for import BackendUnavailable, Wiring, make_backend
 from .backends import RUNNING, BootBackend, CheckResult, VmState
 from .model import INSTANCE_GROUP, UNKNOWN, GroupRef, MemberSpec, tiers_of
-from .provider import begin_run, converge, group_store
-from .readiness import member_status
+from .provider import begin_run, converge, group_store, known_boots, read_states
+from .readiness import cache_as_read, member_status
 from .settings import GlobalSettings, tier_deadline
 from .state import GroupRecord, GroupStore
 
@@ -185,31 +185,28 @@ def _members_of(member: MemberSpec, run: engine.BootRun | None) -> list[str]:
     return []
 
 
-def _power(backend: BootBackend | None, vm: str) -> str:
-    if backend is None:
-        return UNKNOWN
-    try:
-        return backend.vm_state(vm).state
-    except Exception as exc:  # noqa: BLE001 - shown, not raised: the rest of the group still shows
-        return f"{UNKNOWN} ({type(exc).__name__}: {exc})"
-
-
-def member_tiers(record: GroupRecord, run: engine.BootRun | None, backend: BootBackend | None) -> list[dict[str, Any]]:
+def member_tiers(record: GroupRecord, run: engine.BootRun | None, backend: BootBackend | None, *,
+                 ignore_instance_state: bool = False) -> list[dict[str, Any]]:
     """The members tier by tier (ascending BootOrder) with readiness from the result cache (the
-    run's, which holds the group's and what the run added) and the instances' power states."""
-    cache = run.cache if run is not None else record.cache
-    tiers = []
-    for order, members in tiers_of(record.members):
-        rows = []
-        for member in members:
-            vms = _members_of(member, run)
-            states = {vm: _power(backend, vm) for vm in vms}
-            status, message = member_status(member, vms, cache, {vm: state == RUNNING for vm, state in states.items()})
-            rows.append({"Member": member.key, "Kind": "InstanceGroup" if member.kind == INSTANCE_GROUP else "Instance",
-                         "Readiness": status, "Message": message, "Rules": [rule.describe() for rule in member.rules],
-                         "Instances": [{"Instance": vm, "State": state} for vm, state in states.items()]})
-        tiers.append({"Order": order, "Members": rows})
-    return tiers
+    run's, which holds the group's and what the run added) as it reads now: an instance restarted
+    outside the group since its last boot reads Unknown, not yet re-verified, and one that is not
+    Running reads NotReady unless `ignore_instance_state` (§2.3). Nothing is written."""
+    members = [(order, member, _members_of(member, run)) for order, group in tiers_of(record.members) for member in group]
+    every = list(dict.fromkeys(vm for _, _, vms in members for vm in vms))
+    errors: dict[str, str] = {}
+    states = read_states(backend, every, errors) if backend is not None else {}
+    cache = cache_as_read(run.cache if run is not None else record.cache, known_boots(record, run), states, time.time())
+    tiers: dict[int, list[dict[str, Any]]] = {}
+    for order, member, vms in members:
+        shown = {vm: states[vm].state if vm in states else UNKNOWN + (f" ({errors[vm]})" if vm in errors else "")
+                 for vm in vms}
+        status, message = member_status(member, vms, cache, {vm: vm in states and states[vm].running for vm in vms},
+                                        ignore_instance_state=ignore_instance_state)
+        tiers.setdefault(order, []).append({
+            "Member": member.key, "Kind": "InstanceGroup" if member.kind == INSTANCE_GROUP else "Instance",
+            "Readiness": status, "Message": message, "Rules": [rule.describe() for rule in member.rules],
+            "Instances": [{"Instance": vm, "State": state} for vm, state in shown.items()]})
+    return [{"Order": order, "Members": rows} for order, rows in tiers.items()]
 
 
 def run_document(record: GroupRecord, run: engine.BootRun) -> dict[str, Any]:
@@ -284,7 +281,7 @@ def show(args: argparse.Namespace) -> int:
         "BackendProblem": backend_note or None, "State": group_state(record, now), "DesiredState": record.desired_state,
         "Status": record.status, "Stack": record.stack_id, "Resource": record.logical_id,
         "Busy": running_elsewhere(record, now), "Forced": record.forced, "StopOnDelete": record.stop_on_delete,
-        "Tiers": member_tiers(record, run, backend),
+        "Tiers": member_tiers(record, run, backend, ignore_instance_state=args.ignore_instance_state),
         "Settings": {**record.settings.report(), "PollIntervalSeconds": gs.poll_interval,
                      "CheckConcurrency": gs.check_concurrency, "MaxMembers": gs.max_members,
                      "TierDeadlineSeconds": tier_deadline(record.settings, gs.poll_interval)},
@@ -418,6 +415,10 @@ class _InterruptibleBackend:
     def __init__(self, inner: BootBackend, interrupted: threading.Event, operation: str) -> None:
         self.inner, self.interrupted, self.operation = inner, interrupted, operation
 
+    def __getattr__(self, name: str) -> Any:
+        """The inner backend's optional parts (`vm_states`, `power_changes`, `start_grace`), as they are."""
+        return getattr(self.inner, name)
+
     def _refuse(self, verb: str) -> None:
         if self.interrupted.is_set():
             raise Failure(f"not {verb}: the operator interrupted the {self.operation} (Ctrl-C)")
@@ -451,7 +452,8 @@ class _TakenOver(Exception):
 class _WatchedStore:
     """The group store as the provider's `converge` sees it during a command's run: every save of
     the group first checks that the run is still this one's (a stack operation may have taken the
-    group over) and then prints the timeline entries the save adds."""
+    group over) and saves it in the same compare-and-set (`GroupStore.save_group_if`), then prints
+    the timeline entries the save adds."""
 
     def __init__(self, inner: GroupStore, group_id: str, run_key: str, on_saved: Callable[[GroupRecord], None]) -> None:
         self._inner, self._group_id, self._run_key, self._on_saved = inner, group_id, run_key, on_saved
@@ -461,10 +463,11 @@ class _WatchedStore:
 
     def save_group(self, record: GroupRecord) -> None:
         if record.group_id == self._group_id:
-            latest = self._inner.get_group(record.group_id)
-            if latest is None or latest.run_id != self._run_key:
+            if not self._inner.save_group_if(record, run_id=self._run_key):  # the check and the write in one
+                latest = self._inner.get_group(record.group_id)
                 raise _TakenOver(run_owner(latest.run_id) if latest is not None else "the group's deletion")
-        self._inner.save_group(record)
+        else:
+            self._inner.save_group(record)
         self._on_saved(record)
 
 
@@ -532,14 +535,16 @@ def run_operation(args: argparse.Namespace) -> int:
         print(f"bootgroups {operation}: taking over the unfinished {abandoned.operation} of {run_owner(record.run_id)} "
               f"(no progress for {now - record.updated:.1f} s)", file=sys.stderr)
     run_key = f"{CLI_PREFIX}{operation}:{now:.6f}@{holder.current()}"
+    seen_run, seen_updated = record.run_id, record.updated
     forced = record.forced
     record.forced = forced or bool(getattr(args, "forced", False))
     begin_run(record, operation, run_key, backend, gs, now)
     record.forced = forced
-    store.save_group(record)
-    stored = store.get_group(record.group_id)
-    if stored is None or stored.run_id != run_key:  # another operation began in between
-        return _refuse_busy(args, stored or record, run_owner(stored.run_id) if stored else "a delete")
+    # Taken only if nobody wrote the group since it was judged free: one compare-and-set in the store.
+    if not store.save_group_if(record, run_id=seen_run, updated=seen_updated):
+        stored = store.get_group(record.group_id)
+        who = "a delete" if stored is None else run_owner(stored.run_id) if stored.run_id else "another writer"
+        return _refuse_busy(args, stored or record, who)
     timeline = _Timeline(args.json)
     if not args.json:
         print(_header(record, engine.load_run(record.run)), flush=True)

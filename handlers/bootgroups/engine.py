@@ -4,19 +4,28 @@ A run's whole progress — per tier and per VM (`ready`, `gave_up`, `retries`, `
 `last_boot`), the result cache, the timeline and the events — is one `BootRun` dataclass.
 `advance(run, backend, budget)` does what is due, sleeping between polls while the budget allows,
 and returns either finished (ok, or halted with a Reason) or "call again in `delay` s". The run is
-changed in place; store it (`dump_run`) after each call, or from `checkpoint`, called after every
-poll round. A process that dies between two calls resumes from the stored run: finished tiers are
-not started again, and an attempt counts only once its round was stored.
+changed in place; store it (`dump_run`) after each call, or from `checkpoint`, called after each
+tier's start calls and after poll rounds that leave their tier waiting, at most once a second of
+rounds (`advance`; a round that ends a tier or the run is stored with what follows it a moment
+later: the next tier's start calls, or the end).
+A process that dies between two calls resumes from the stored run: finished tiers are not started
+again, and an attempt counts only once its round was stored.
 
 Start (§4.1-§4.3): tiers in ascending BootOrder. A tier expands its group members, asks every VM
 that is not Running to start (at most `check_concurrency` calls at once) and anchors an already
 Running VM to its last power change; then it polls: each round runs §4.2 concurrently for every VM
-neither ready nor given up, then the Instance Group step, then waits one poll interval; past
-`initialDelay + (N+1)·timeout + N·poll` the start halts. A halt stops nothing (no rollback).
-A VM whose start was asked and that still (or again) reads Stopped once `start_grace` has passed
-failed to start (its job failed or was refused), as does one whose state cannot be read then.
+neither ready nor given up, then the Instance Group step, then waits one poll interval. A backend
+that can watch a check (`watch_check`) spends that interval in the checks instead of asleep: a
+check not Ready keeps trying and answers the moment it is (`_round`). Past
+`initialDelay + (N+1)·timeout + N·poll`, counted from the end of the tier's start calls (so it
+includes the boot on a backend whose start returns before Running), the start halts. A halt stops
+nothing (no rollback). A VM whose start was asked and that still reads Stopped once `start_grace`
+has passed failed to start (its job failed or was refused), as does one whose state cannot be read
+then; one that went down after it ran is NotReady like any other, its attempts name why where the
+backend can tell (`stopped_detail`: a local process's exit code).
 Stop (§4.4): tiers in descending order through `crhelper.tiers` (CONTINUE policy: a failure is
-reported, the remaining tiers are still stopped), skipping Stopped VMs, passing `forced`.
+reported, the remaining tiers are still stopped), skipping Stopped VMs, passing `forced`; a tier
+waits at most `settings.stop_tier_timeout` (ReadinessTimeoutSeconds) for its VMs to read Stopped.
 Reboot (§4.5): the stop, then the start.
 """
 
@@ -24,6 +33,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import math
 import threading
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
@@ -40,7 +50,7 @@ from .model import ERROR, INSTANCE_GROUP, READY, UNKNOWN, VIRTUAL_MACHINE, Group
 from .readiness import (
     GROUP_SCOPE, CacheEntry, ChildView, cache_key, cached, evaluate_group, evaluate_vm, vm_rules,
 )
-from .settings import GroupSettings, tier_deadline
+from .settings import GroupSettings, stop_tier_timeout, tier_deadline
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -52,6 +62,8 @@ PENDING, WAITING, TIER_READY, HALTED, SKIPPED = "pending", "waiting", "ready", "
 #: A round due this close (s) runs now rather than after another pause.
 TOLERANCE = 1e-6
 NO_ROLLBACK = "instances already started keep running (no rollback)"
+#: Seconds of poll rounds between two checkpoints, at most (`advance`).
+CHECKPOINT_EVERY_SECONDS = 1.0
 #: Seconds (at least) a VM may read Stopped after its start was asked before the start counts as
 #: failed (engine.start_grace; a backend may give its own `start_grace`).
 START_GRACE_SECONDS = 5.0
@@ -175,11 +187,22 @@ def load_run(raw: Any) -> BootRun:
 
 
 def advance(run: BootRun, backend: BootBackend, budget: Budget, *,
-            checkpoint: Callable[[BootRun], None] | None = None) -> StepOutcome:
-    """Do what is due, waiting between polls while `budget.left()` allows; the run changes in place."""
+            checkpoint: Callable[[BootRun], None] | None = None,
+            checkpoint_every: float = CHECKPOINT_EVERY_SECONDS) -> StepOutcome:
+    """Do what is due, waiting between polls while `budget.left()` allows; the run changes in place.
+    Poll rounds are checkpointed at most once per `checkpoint_every` seconds (the engine's clock):
+    a store costs tens of ms of CPU, and with a short poll interval every round's would compete with
+    the instances starting. A process that dies loses at most that many seconds of rounds: those
+    attempts were not counted and are made again (as for any round lost with its process)."""
     clock = budget.clock
     lock = threading.Lock()
     saved = checkpoint or (lambda _run: None)
+    last_round_saved = [-math.inf]
+
+    def round_saved(current: BootRun) -> None:
+        if clock.now() - last_round_saved[0] >= checkpoint_every - TOLERANCE:
+            saved(current)
+            last_round_saved[0] = clock.now()
     while not run.finished:
         if run.phase == STOP:
             delay = _advance_stop(run, backend, budget, lock)
@@ -189,12 +212,12 @@ def advance(run: BootRun, backend: BootBackend, budget: Budget, *,
                 saved(run)
                 continue
         else:
-            delay = _advance_start(run, backend, budget, saved)
+            delay = _advance_start(run, backend, budget, saved, round_saved)
             if delay is None:
                 _finish(run, clock.now())
                 saved(run)
                 break
-        if delay > budget.left():
+        if delay > budget.left() or budget.left() <= 0:
             return StepOutcome(False, delay=delay)
         clock.sleep(delay)
     return StepOutcome(True, ok=run.ok, reason=run.reason)
@@ -211,10 +234,11 @@ def _tier_name(progress: StartProgress, tier: TierRun) -> str:
     return f"tier {progress.tiers.index(tier) + 1} of {len(progress.tiers)} (order {tier.order})"
 
 
-def _advance_start(run: BootRun, backend: BootBackend, budget: Budget,
-                   saved: Callable[[BootRun], None]) -> float | None:
+def _advance_start(run: BootRun, backend: BootBackend, budget: Budget, saved: Callable[[BootRun], None],
+                   round_saved: Callable[[BootRun], None]) -> float | None:
     """Run the start from where it is; None once it ended (every tier ready, or halted), else the
-    seconds until its next round."""
+    seconds until its next round. A tier's start calls are always stored (`saved`), its rounds
+    through `round_saved`."""
     progress = run.start
     assert progress is not None
     clock = budget.clock
@@ -233,19 +257,24 @@ def _advance_start(run: BootRun, backend: BootBackend, budget: Budget,
         if now >= deadline:
             _halt(run, progress, tier, _deadline_reason(run, progress, tier), now)
             break
-        _round(run, progress, tier, backend, clock.now)
+        due = _round(run, progress, tier, backend, clock.now, budget.left())
         if progress.halted is None and set(tier.ready_members) >= set(tier.members):
             tier.status, tier.ended = TIER_READY, clock.now()
             _note(run, ev.TIER_READY, "", f"{_tier_name(progress, tier)} is ready after {tier.rounds} round(s)",
                   tier.order, tier.ended)
             progress.current += 1
-        elif progress.halted is None:
-            now = clock.now()
-            if now >= deadline:
-                _halt(run, progress, tier, _deadline_reason(run, progress, tier), now)
-            else:
-                tier.next_round = min(now + run.poll_interval, deadline)
-        saved(run)
+            continue  # stored with the next tier's opening or the run's end, a moment later
+        if progress.halted is not None:
+            continue  # stored with the run's end
+        now = clock.now()
+        if now >= deadline:
+            _halt(run, progress, tier, _deadline_reason(run, progress, tier), now)
+            continue
+        # A round whose checks could watch through the poll interval has had its pause (§4.1.5).
+        tier.next_round = min(max(now, due) if due is not None else now + run.poll_interval, deadline)
+        round_saved(run)
+        if budget.left() <= 0:  # this step's time is spent: the next round belongs to the next step
+            return max(0.0, tier.next_round - clock.now())
     return None
 
 
@@ -348,11 +377,24 @@ class _Checked:
     halt: str | None = None
 
 
-def _round(run: BootRun, progress: StartProgress, tier: TierRun, backend: BootBackend, now: Callable[[], float]) -> None:
-    """One poll (§4.1.5): §4.2 for every open VM (concurrently), then the Instance Group step."""
+def _round(run: BootRun, progress: StartProgress, tier: TierRun, backend: BootBackend,
+           now: Callable[[], float], step_left: float) -> float | None:
+    """One poll (§4.1.5): §4.2 for every open VM (concurrently), then the Instance Group step.
+
+    Where the backend can watch a check (`watch_check`) and every open VM has a thread of its own,
+    the checks spend the poll interval they would otherwise sleep watching: from a VM's first
+    check, for one poll interval (within its budget and the step's `step_left` s), a check not
+    Ready yet keeps trying and answers Ready the moment it is, so detection is not bound to the
+    poll grid. Still one evaluation per VM per round, one round per poll interval and what the
+    round itself takes. Returns when the next round is due with watching (one poll interval after
+    this one began: at once when a VM watched its whole interval), or None without (due one poll
+    interval after this one ends)."""
     tier.rounds += 1
+    began = now()
     open_vms = [vm_run for vm_run in tier.vms if not vm_run.ready and not vm_run.gave_up]
-    seen = _RoundView(backend, vm_states(backend, [vm_run.vm for vm_run in open_vms], batch_only=True))
+    watching = callable(getattr(backend, "watch_check", None)) and len(open_vms) <= run.check_concurrency
+    states = vm_states(backend, [vm_run.vm for vm_run in open_vms], batch_only=True)
+    seen = _RoundView(backend, states, now, window=run.poll_interval if watching else None, step_ends=began + step_left)
     results = _parallel(lambda vm_run: _check_one(run, tier, vm_run, seen, now), open_vms, run.check_concurrency)
     halts = []
     for result in results:
@@ -367,7 +409,7 @@ def _round(run: BootRun, progress: StartProgress, tier: TierRun, backend: BootBa
     if halts:
         more = f" ({len(halts) - 1} more member(s) failed in this round)" if len(halts) > 1 else ""
         _halt(run, progress, tier, f"{_tier_name(progress, tier)}: {halts[0]}{more}; {NO_ROLLBACK}", now())
-        return
+        return began + run.poll_interval if watching else None
     for key in tier.members:
         member = run.member(key)
         if member.kind != INSTANCE_GROUP or key in tier.ready_members:
@@ -375,15 +417,21 @@ def _round(run: BootRun, progress: StartProgress, tier: TierRun, backend: BootBa
         halt = _group_step(run, tier, member, now)
         if halt:
             _halt(run, progress, tier, f"{_tier_name(progress, tier)}: {halt}; {NO_ROLLBACK}", now())
-            return
+            break
+    return began + run.poll_interval if watching else None
 
 
 class _RoundView:
     """The backend as one poll round sees it: the power states of the round's batch read (one
-    backend call for the tier, where the backend offers `vm_states`), every other call passed on."""
+    backend call for the tier, where the backend offers `vm_states`), each VM's checks watched for
+    `window` s from its first one (not past `step_ends`, engine clock) where the backend can, every
+    other call passed on."""
 
-    def __init__(self, backend: BootBackend, states: dict[str, VmState]) -> None:
-        self.backend, self.states = backend, states
+    def __init__(self, backend: BootBackend, states: dict[str, VmState], now: Callable[[], float] | None = None, *,
+                 window: float | None = None, step_ends: float = math.inf) -> None:
+        self.backend, self.states, self.now, self.window, self.step_ends = backend, states, now, window, step_ends
+        #: When each VM's watching ends (set at its first check; one thread per VM writes its own key).
+        self._watch_until: dict[str, float] = {}
 
     def vm_state(self, vm: str) -> VmState:
         known = self.states.get(vm)
@@ -403,11 +451,34 @@ class _RoundView:
         return self.backend.expand_group(group)
 
     def check(self, rule_type: str, vm: str, details: Mapping[str, str], timeout: float) -> CheckResult:
+        """The backend's check; watched for what is left of the round's window (at most `timeout`)."""
+        watch_check = getattr(self.backend, "watch_check", None)
+        if self.window is not None and self.now is not None and callable(watch_check):
+            at = self.now()
+            until = self._watch_until.setdefault(vm, min(at + self.window, self.step_ends))
+            window = min(timeout, until - at)
+            if window > 0:
+                result: CheckResult = watch_check(rule_type, vm, details, timeout, window)
+                return result
         return self.backend.check(rule_type, vm, details, timeout)
 
     @property
     def start_grace(self) -> Any:
         return getattr(self.backend, "start_grace", None)
+
+    def stopped_detail(self, vm: str) -> str | None:
+        """Why an instance the round read as not Running is down (a local process's exit code), where
+        the backend can tell (`stopped_detail`); None otherwise, and for one read Running."""
+        state, explain = self.states.get(vm), getattr(self.backend, "stopped_detail", None)
+        if state is None or state.running or not callable(explain):
+            return None
+        detail: str | None = explain(vm)
+        return detail
+
+
+def _stop_detail(backend: BootBackend, vm: str) -> str | None:
+    explain = getattr(backend, "stopped_detail", None)
+    return explain(vm) if callable(explain) else None
 
 
 def _check_one(run: BootRun, tier: TierRun, vm_run: VmRun, backend: BootBackend, now: Callable[[], float]) -> _Checked:
@@ -451,10 +522,11 @@ def _check_one(run: BootRun, tier: TierRun, vm_run: VmRun, backend: BootBackend,
         verdict = evaluate_vm(backend, vm, direct + inherited, budget, now, label)
         done = now()
         vm_run.evaluations += 1
-        vm_run.status, vm_run.message = verdict.status, verdict.message
+        explained = _stop_detail(backend, vm) if verdict.status != READY else None
+        vm_run.status, vm_run.message = verdict.status, verdict.message + (f": {explained}" if explained else "")
         for rule_id, result in verdict.results.items():
             out.cache[cache_key(rule_id, vm)] = CacheEntry(result.status, result.message, done)
-        out.entries.append(TimelineEntry(at, ev.CHECK, vm, f"{verdict.status} (budget {budget:.1f} s): {verdict.message}", tier.order))
+        out.entries.append(TimelineEntry(at, ev.CHECK, vm, f"{verdict.status} (budget {budget:.1f} s): {vm_run.message}", tier.order))
         if verdict.status == READY:
             vm_run.ready = True
             return out
@@ -473,7 +545,7 @@ def _check_one(run: BootRun, tier: TierRun, vm_run: VmRun, backend: BootBackend,
         vm_run.gave_up = True
         out.entries.append(TimelineEntry(done, ev.GAVE_UP, vm, f"not Ready after {settings.attempts} attempt(s)", tier.order))
         if member.kind == VIRTUAL_MACHINE:
-            out.halt = f"{member.describe()} is not Ready after {settings.attempts} attempt(s): {verdict.message}"
+            out.halt = f"{member.describe()} is not Ready after {settings.attempts} attempt(s): {vm_run.message}"
     except Exception as exc:  # a failed reboot or a failed evaluation halts (§4.2.6)
         out.halt = f"instance {vm!r} of {member.describe()}: the readiness evaluation failed: {exception_reason(exc)}"
     return out
@@ -573,7 +645,7 @@ def _advance_stop(run: BootRun, backend: BootBackend, budget: Budget, lock: thre
 
     try:
         outcome = run_tiers(progress, {vm: vm for vm in progress.items}, stop_one, budget,
-                            concurrency=run.check_concurrency, tier_timeout=run.settings.timeout)
+                            concurrency=run.check_concurrency, tier_timeout=stop_tier_timeout(run.settings))
     except NotYet as waiting:
         return waiting.delay
     for failure in outcome.failures:
@@ -603,7 +675,8 @@ def _finish(run: BootRun, at: float) -> None:
     if run.stop_failures:
         total = len(run.stop.items) if run.stop is not None else 0
         stop_reason = (f"the stop went on through every tier, but {len(run.stop_failures)} of {total} instance(s) "
-                       f"failed to stop: {'; '.join(run.stop_failures)}")
+                       f"failed to stop: {'; '.join(run.stop_failures)} (a stop tier waits at most "
+                       f"ReadinessTimeoutSeconds, {stop_tier_timeout(run.settings):g} s, for its instances to read Stopped)")
     reasons = [reason for reason in (stop_reason, start_reason) if reason]
     run.ok = not reasons
     run.reason = "; then ".join(reasons) if reasons else None

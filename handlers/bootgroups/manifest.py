@@ -23,6 +23,10 @@ manifest = ProviderManifest(
                "sqlite:///$CRHELPER_HOME/bootgroups/state.sqlite"),
         EnvVar("CRHELPER_BOOTGROUP_DEADLINE", "Custom::InstanceBootGroup's deadline (s); a plan whose worst case exceeds it "
                "is refused at Create", "43200"),
+        EnvVar("CRHELPER_BOOTGROUP_CLOUDSTACK_JOB_WAIT", "seconds a CloudStack start or stop watches its async job "
+               "before the engine polls the VM state", "2"),
+        EnvVar("CRHELPER_BOOTGROUP_CLOUDSTACK_RETRY_SECONDS", "how long a transient CloudStack API error is retried", "10"),
+        EnvVar("CRHELPER_BOOTGROUP_CLOUDSTACK_REBOOT_WAIT", "seconds a reboot on retry waits for the VM to read Running again", "300"),
         EnvVar("CRHELPER_BOOTGROUP_STEP_SECONDS", "seconds one invocation advances a start before it continues in the next", "60"),
     ),
     state_dir="bootgroups",

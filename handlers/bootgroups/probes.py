@@ -6,7 +6,11 @@ for a gid inside `net.ipv4.ping_group_range` (disabled, `1 0`, on most hosts and
 So `ping` tries, in order: an unprivileged ICMP datagram socket, a raw ICMP socket, and then TCP
 connects to the given ports and port 7, where a connection refused (a TCP RST) proves the host
 answered as well as an accepted one. It never runs a system `ping` binary. The result's message
-says which mechanism ran. Stdlib only, blocking, bounded by the timeout given.
+says which mechanism ran. Stdlib only, blocking, bounded by the timeout given. On a loopback address
+(the local backend's instances) a ping always answers: see `backend_local`.
+
+`watch` repeats a probe within a window (the poll interval a check would otherwise sleep), so a
+port is seen the moment it opens rather than at the next poll.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import os
 import socket
 import struct
 import time
-from typing import Iterable
+from typing import Callable, Iterable
 
 from .backends import CheckResult
 from .model import ERROR, READY
@@ -116,6 +120,22 @@ def _tcp_reachability(host: str, ports: list[int], deadline: float, why: str) ->
                                   f"(TCP fallback; ICMP not permitted here: {why})")
     return CheckResult(ERROR, f"{host} did not answer within the budget: {'; '.join(seen) or 'no time left'} "
                               f"(TCP fallback; ICMP not permitted here: {why})")
+
+
+def watch(attempt: Callable[[float], CheckResult], timeout: float, window: float, every: float) -> CheckResult:
+    """`attempt(seconds left of timeout)` until it answers Ready, again every `every` s for up to
+    `window` s (at most `timeout`): a port that opens within the window is seen the moment it does,
+    not at the next poll. The last answer when none was Ready. One evaluation, however many tries."""
+    began = time.monotonic()
+    window = min(window, timeout)
+    while True:
+        result = attempt(max(0.0, timeout - (time.monotonic() - began)))
+        if result.status == READY:
+            return result
+        left = window - (time.monotonic() - began)
+        if left <= 0:
+            return result
+        time.sleep(min(every, left))
 
 
 def _checksum(data: bytes) -> int:

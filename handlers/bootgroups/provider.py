@@ -2,13 +2,16 @@
 
 A boot group's truth is the provider's own state (`state.GroupStore`, never expiring), not the
 idempotency records: the group, its claims on its instances across stacks, and the engine's run,
-checkpointed after every poll round. The long operations only carry the group id between steps,
-so a step whose process dies resumes from the stored run (no tier restarted, no attempt counted
+checkpointed after every tier's start calls and at most once a second of poll rounds (a crash
+loses at most a second of rounds, whose attempts were never counted). The long operations only
+carry the group id between steps, so a step whose process dies resumes from the stored run (no tier restarted, no attempt counted
 twice), and a retried Create finds the group it made (its id derives from the request).
 
 Create validates (membership across stacks, rules, limits; the plan's worst case against the
-type's deadline), stores the group and converges on DesiredState; Update applies member, rule and
-setting changes in place, then converges (start, stop, or a reboot when RebootToken changed);
+type's deadline; on a cloud backend what the cloud says: each Tag/Id group's identity and
+instances, which instances exist and may join), stores the group and converges on DesiredState;
+Update applies member, rule and setting changes in place (results of rules and instances no longer
+in the plan are dropped), then converges (start, stop, or a reboot when RebootToken changed);
 Delete removes the group, its members and rules (stopping the instances first with StopOnDelete).
 A failed Create forgets the group again: ROS sends its Delete without a physical id we made.
 `Custom::LocalInstance` Create registers a process definition Stopped; the group starts it.
@@ -22,6 +25,7 @@ import json
 import os
 import re
 import threading
+import time
 from typing import Any, Callable, Mapping
 
 from crhelper import Failure, Provider, Request, Result, get_logger, operations
@@ -30,22 +34,24 @@ from crhelper.invocation import fc_context
 from crhelper.local.supervisor import NOT_FOUND, SupervisorClient, SupervisorError, resource_owner
 from crhelper.paths import state_dir
 from crhelper.registry import MAX_DEADLINE
+from crhelper.response import exception_reason
 
 from . import engine, events as ev
 from .backend_for import BackendUnavailable, Wiring, make_backend, owner_of
 from .backend_local import agent_address
-from .backends import BootBackend
+from .backends import MISSING, BootBackend, NotFound, VmState
 from .model import (
-    BOOT_GROUP_TYPE, INSTANCE_GROUP, LOCAL_INSTANCE_TYPE, RUNNING, InstanceBootGroupProps, LocalInstanceProps,
-    MemberSpec,
+    BACKENDS, BOOT_GROUP_TYPE, INSTANCE_GROUP, LOCAL_INSTANCE_TYPE, RUNNING, GroupRef, InstanceBootGroupProps,
+    LocalInstanceProps,
 )
-from .readiness import member_status, reset_after_outside_restart, restarted_outside
+from .readiness import cache_as_read, member_status, prune_cache
 from .settings import GlobalSettings, effective, worst_case
 from .state import (
     ACTIVE, STATE_DIR, GroupRecord, GroupStore, InstanceRecord, StateConflict, describe_item, open_group_store,
 )
 from .validation import (
-    Context, Problem, check_group, check_update, group_item, instance_item, problems_error, validate_local_instance,
+    CheckedGroup, Context, Problem, check_group, check_update, group_item, group_ref, instance_item, problems_error,
+    validate_local_instance,
 )
 
 log = get_logger("bootgroups")
@@ -156,38 +162,99 @@ def _record_events(store: GroupStore, group: GroupRecord, events: list[ev.Event]
 
 # --- validation against the state ----------------------------------------------------------------
 
-def _candidate_items(props: InstanceBootGroupProps) -> list[str]:
-    items: list[str] = []
-    for member in props.Members:
-        if member.Instance:
-            items.append(instance_item(member.Instance.strip()))
-        elif member.InstanceGroup is not None:
-            key = (member.InstanceGroup.Name or member.InstanceGroup.Id or "").strip()
-            if key:
-                items.append(group_item(key))
-            items.extend(instance_item(vm) for vm in member.InstanceGroup.Instances or ())
-    return items
+#: What to fix when a cloud backend cannot answer the Create/Update checks.
+_REACH = {"ecs": "Ecs.Endpoint (or CRHELPER_ECS_ENDPOINT), the region, and the credentials (the function's role, "
+                 "or ALIBABA_CLOUD_ACCESS_KEY_ID/SECRET)",
+          "cloudstack": "CloudStack.Endpoint and CloudStack.Key/Secret (or CLOUDSTACK_ENDPOINT, _KEY, _SECRET)"}
+_MISSING = {"ecs": "no ECS instance {vm!r} for these credentials (it may be in another account or region)",
+            "cloudstack": "no CloudStack VM {vm!r} for these credentials (it may belong to another account)"}
 
 
-def _claimed_items(members: list[MemberSpec]) -> dict[str, str]:
-    """Membership key -> the property path naming it, for every instance and group of the plan."""
-    items: dict[str, str] = {}
-    for index, member in enumerate(members):
-        if member.kind == INSTANCE_GROUP:
-            items.setdefault(group_item(member.key), f"Members[{index}].InstanceGroup")
-            for vm in (member.group.instances if member.group else None) or ():
-                items.setdefault(instance_item(vm), f"Members[{index}].InstanceGroup")
-        else:
-            items.setdefault(instance_item(member.key), f"Members[{index}].Instance")
-    return items
+def _unreachable(backend: str, what: str, exc: Exception) -> Failure:
+    return Failure(f"the {backend} backend could not {what}: {exception_reason(exc)}; "
+                   f"check {_REACH.get(backend, 'its settings')}")
+
+
+def _cloud_group(ref: GroupRef, backend: str) -> bool:
+    """A member group the cloud lists when asked (an ECS Tag, a CloudStack Id), not an Instances list."""
+    return ref.instances is None and (ref.tag_key is not None if backend == "ecs" else ref.id is not None)
+
+
+@dataclasses.dataclass
+class _Inventory:
+    """What the cloud said about the plan's items, for `validation.Context` (§5)."""
+
+    identities: dict[str, str] = dataclasses.field(default_factory=dict)
+    group_instances: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    instance_groups: dict[str, str] = dataclasses.field(default_factory=dict)
+    ineligible: dict[str, str] = dataclasses.field(default_factory=dict)
+    problems: list[Problem] = dataclasses.field(default_factory=list)
+
+
+def _take_inventory(props: InstanceBootGroupProps, backend: str, cloud: BootBackend, store: GroupStore,
+                    besides: str) -> _Inventory:
+    """One look at the cloud for §5: each Tag/Id group's identity and instances (NotFound: a Problem at
+    the member), every instance the plan names in one `vm_states` (MISSING: a Problem at its path),
+    the backend's `ineligible` reasons, and the instances of the owner's other cloud groups (a VM
+    joining two boot groups through a group). Raises a Failure saying what to fix when the backend
+    cannot be reached."""
+    found = _Inventory()
+    named: dict[str, str] = {}  # instance -> the path naming it (an instance a group lists is named too)
+    identify = getattr(cloud, "group_identity", None)
+    for index, member in enumerate(props.Members):
+        if member.Instance and member.Instance.strip():
+            named.setdefault(member.Instance.strip(), f"Members[{index}].Instance")
+        if member.InstanceGroup is None:
+            continue
+        ref, key = group_ref(member.InstanceGroup)
+        for position, vm in enumerate(ref.instances or ()):
+            named.setdefault(vm.strip(), f"Members[{index}].InstanceGroup.Instances[{position}]")
+        if key is None or not _cloud_group(ref, backend) or key in found.group_instances:
+            continue
+        try:
+            identity = identify(ref) if callable(identify) else None
+            found.group_instances[key] = list(cloud.expand_group(ref))
+        except NotFound as exc:
+            found.problems.append(Problem(f"Members[{index}].InstanceGroup", str(exc)))
+            continue
+        except Exception as exc:  # noqa: BLE001 - reported with what to fix, never a traceback
+            raise _unreachable(backend, f"read instance group {key!r} (Members[{index}].InstanceGroup)", exc) from None
+        if identity:
+            found.identities[key] = identity
+    vms = list(named) + [vm for listed in found.group_instances.values() for vm in listed if vm not in named]
+    try:
+        batch = getattr(cloud, "vm_states", None)  # one call; its failure is the answer (no retry one by one)
+        states = (batch(list(named)) if callable(batch) else {vm: cloud.vm_state(vm) for vm in named}) if named else {}
+        why = getattr(cloud, "ineligible", None)
+        found.ineligible = dict(why(vms)) if callable(why) and vms else {}
+    except Exception as exc:  # noqa: BLE001 - as above
+        raise _unreachable(backend, "describe the instances the template names", exc) from None
+    for vm, path in named.items():
+        if vm in states and states[vm].state == MISSING:
+            found.problems.append(Problem(path, _MISSING.get(backend, "no instance {vm!r}").format(vm=vm)))
+    for other in store.list_groups():  # another group's instances, as its cloud lists them now
+        if other.group_id == besides or other.owner != store.owner or other.backend != backend:
+            continue
+        for spec in other.members:
+            if spec.group is None or not _cloud_group(spec.group, backend):
+                continue
+            try:
+                identity = (identify(spec.group) if callable(identify) else None) or spec.key
+                for vm in cloud.expand_group(spec.group):
+                    found.instance_groups.setdefault(vm, identity)
+            except Exception as exc:  # noqa: BLE001 - that group's own start will report it
+                log.warning("could not list another boot group's instance group",
+                            extra={"fields": {"group": other.name, "member": spec.key, "error": str(exc)}})
+    return found
 
 
 def _check(props: InstanceBootGroupProps, store: GroupStore, gs: GlobalSettings, besides: str = "",
-           cloud: Callable[[], BootBackend] | None = None) -> Any:
-    """Every rule of the spec on `props`, with the other groups' claims and names and what the local
-    instances are; raises PropertiesError listing every problem. `cloud` builds the group's cloud
-    backend, asked (only for a GuestAgentLiveness rule on an instance) whether that instance has a
-    guest agent: CloudStack's hypervisor is KVM, ECS's Cloud Assistant status is not "false"."""
+           cloud: Callable[[], BootBackend] | None = None) -> CheckedGroup:
+    """Every rule of the spec on `props`, with the other groups' claims and names, what the local
+    instances are, and on a cloud backend what the cloud says (`_take_inventory`); raises
+    PropertiesError listing every problem. `cloud` builds the group's cloud backend, asked also
+    (only for a GuestAgentLiveness rule on an instance) whether that instance has a guest agent:
+    CloudStack's hypervisor is KVM, ECS's Cloud Assistant status is not "false"."""
     backend = (props.Backend or gs.backend).strip().lower()
     instances: dict[str, InstanceRecord | None] = {}
     agents: dict[str, bool | None] = {}
@@ -212,11 +279,18 @@ def _check(props: InstanceBootGroupProps, store: GroupStore, gs: GlobalSettings,
             agents[vm] = None
         return agents[vm]
 
-    context = Context(max_members=gs.max_members, default_backend=gs.backend,
-                      claims=store.claims(_candidate_items(props), besides=besides),
-                      has_guest_agent=has_guest_agent, taken_names=store.names(besides=besides))
+    inventory = _Inventory()
+    if backend != "local" and backend in BACKENDS and cloud is not None:
+        inventory = _take_inventory(props, backend, cloud(), store, besides)
+    context = Context(max_members=gs.max_members, default_backend=gs.backend, group_instances=inventory.group_instances,
+                      group_identities=inventory.identities, instance_groups=inventory.instance_groups,
+                      ineligible=inventory.ineligible, has_guest_agent=has_guest_agent, taken_names=store.names(besides=besides))
+    # The claims that matter: every item this plan would claim, and the groups holding its instances elsewhere.
+    candidates = check_group(props, context).items
+    held = [group_item(identity) for identity in inventory.instance_groups.values()]
+    context = dataclasses.replace(context, claims=store.claims(list(dict.fromkeys([*candidates, *held])), besides=besides))
     checked = check_group(props, context)
-    problems = list(checked.problems)
+    problems = list(checked.problems) + inventory.problems
     if backend == "local":
         for index, member in enumerate(props.Members):
             if member.Instance and member.Instance.strip() and local_instance(member.Instance.strip()) is None:
@@ -240,22 +314,29 @@ def _conflict(exc: StateConflict) -> Failure:
 
 # --- runs ----------------------------------------------------------------------------------------
 
+def read_states(backend: BootBackend, vms: list[str], errors: dict[str, str] | None = None) -> dict[str, VmState]:
+    """The power states of `vms`, from one call where the backend can; an instance that cannot be
+    read is left out (its error in `errors`, when given)."""
+    states = engine.vm_states(backend, vms, batch_only=True)
+    for vm in vms:
+        if vm in states:
+            continue
+        try:
+            states[vm] = backend.vm_state(vm)
+        except Exception as exc:  # noqa: BLE001 - the caller shows or skips the instance
+            if errors is not None:
+                errors[vm] = exception_reason(exc)
+    return states
+
+
 def begin_run(record: GroupRecord, operation: str, run_key: str, backend: BootBackend, gs: GlobalSettings,
                now: float) -> engine.BootRun:
     """Put a new run on the record (stored by the caller with whatever else changed) and return it
     (for `converge(fresh=...)`). Instances restarted outside the group since its last run read
     Unknown first (§2.3)."""
     if operation in (engine.START, engine.REBOOT) and record.power_changes:
-        states = engine.vm_states(backend, list(record.power_changes), batch_only=True)  # one call where it can
-        for vm in record.power_changes:
-            if vm in states:
-                continue
-            try:
-                states[vm] = backend.vm_state(vm)
-            except Exception:  # noqa: BLE001 - only a cache hint; the run itself will report the instance
-                continue
-        for vm in restarted_outside(record.power_changes, states):
-            reset_after_outside_restart(record.cache, vm, now)
+        states = read_states(backend, list(record.power_changes))  # only a cache hint: the run reports the instances
+        record.cache = cache_as_read(record.cache, record.power_changes, states, now)
     run = engine.begin(operation, record.name, record.members, settings=record.settings, now=now,
                        poll_interval=gs.poll_interval, check_concurrency=gs.check_concurrency, forced=record.forced,
                        cache=record.cache)
@@ -295,29 +376,36 @@ def converge(record: GroupRecord, run_key: str, store: GroupStore, backend: Boot
     return run
 
 
+def known_boots(record: GroupRecord, run: engine.BootRun | None) -> dict[str, float]:
+    """Each instance's last boot the group made or saw (its record and its run, in progress or not):
+    a later power change is a restart outside the group."""
+    return {**record.power_changes, **(engine.power_changes(run) if run is not None else {})}
+
+
 def _readiness(record: GroupRecord, run: engine.BootRun | None, backend: BootBackend) -> dict[str, str]:
-    """Each member's readiness: from this start, else from the cache and the instances' power state."""
+    """Each member's readiness: from this start, else from the cache as it reads now (an outside
+    restart reads Unknown) and the instances' power state."""
     if run is not None and run.start is not None:
         return engine.member_readiness(run)
-    out: dict[str, str] = {}
     member_vms = {member.key: [member.key] if member.kind != INSTANCE_GROUP else
                   list((member.group.instances if member.group else None) or []) for member in record.members}
-    known = engine.vm_states(backend, list(dict.fromkeys(vm for vms in member_vms.values() for vm in vms)), batch_only=True)
+    states = read_states(backend, list(dict.fromkeys(vm for vms in member_vms.values() for vm in vms)))
+    cache = cache_as_read(record.cache, known_boots(record, run), states, time.time())
+    out: dict[str, str] = {}
     for member in record.members:
         vms = member_vms[member.key]
-        running = {}
-        for vm in vms:
-            try:
-                running[vm] = (known[vm] if vm in known else backend.vm_state(vm)).running
-            except Exception:  # noqa: BLE001 - readiness is then Unknown-ish: not Running
-                running[vm] = False
-        out[member.key] = member_status(member, vms, record.cache, running)[0]
+        out[member.key] = member_status(member, vms, cache, {vm: vm in states and states[vm].running for vm in vms})[0]
     return out
+
+
+def _data_bytes(data: Mapping[str, Any]) -> int:
+    """Data's size as ROS measures it: UTF-8 bytes of its JSON."""
+    return len(json.dumps(data, ensure_ascii=False).encode("utf-8", errors="surrogatepass"))
 
 
 def group_data(record: GroupRecord, run: engine.BootRun | None, backend: BootBackend) -> dict[str, Any]:
     """Data: GroupId, the tiers in order, per-member readiness, the effective settings; compacted
-    to stay within ROS's 4,096 bytes."""
+    to stay within ROS's 4,096 bytes (the tiers as `order:members`, then readiness as counts)."""
     tiers = engine.tier_summary(run) if run is not None else engine.tier_summary(
         engine.begin(engine.STOP, record.name, record.members, settings=record.settings, now=0.0))
     data: dict[str, Any] = {
@@ -328,9 +416,9 @@ def group_data(record: GroupRecord, run: engine.BootRun | None, backend: BootBac
     }
     if run is not None and run.ended is not None:
         data["Seconds"] = round(run.ended - run.began, 3)
-    if len(json.dumps(data)) > DATA_BUDGET:
+    if _data_bytes(data) > DATA_BUDGET:
         data["Tiers"] = [f"{t['Order']}:{len(t['Members'])}" for t in tiers]
-    if len(json.dumps(data)) > DATA_BUDGET:
+    if _data_bytes(data) > DATA_BUDGET:  # a Name of at most 255 characters keeps this well inside the budget
         counts: dict[str, int] = {}
         for status in data["Readiness"].values():
             counts[status] = counts.get(status, 0) + 1
@@ -401,7 +489,7 @@ def build_provider(provider: Provider | None = None) -> Provider:
             record.owner = owner
             fresh = begin_run(record, _operation_for(record.desired_state, False), run_key, backend, gs, budget.now())
             try:
-                store.create_group(record, _claimed_items(record.members))
+                store.create_group(record, checked.items)
             except StateConflict as exc:
                 raise _conflict(exc) from None
             created = [ev.Event(ev.CREATE, budget.now(), f"boot group {record.name!r} on the {record.backend} backend",
@@ -444,11 +532,12 @@ def build_provider(provider: Provider | None = None) -> Provider:
             reboot = (props.RebootToken or "") != (record.reboot_token or "") and record.desired_state == RUNNING
             before = (record.name, record.description, record.settings, record.desired_state)
             record.name, record.description, record.members = props.Name, props.Description, checked.members
+            record.cache = prune_cache(record.cache, checked.members)
             record.settings, record.desired_state = checked.settings, checked.desired_state
             record.reboot_token, record.forced, record.stop_on_delete = props.RebootToken, props.Forced, props.StopOnDelete
             fresh = begin_run(record, _operation_for(record.desired_state, reboot), run_key, backend, gs, now)
             try:
-                store.reclaim(record, _claimed_items(record.members))
+                store.reclaim(record, checked.items)
             except StateConflict as exc:
                 raise _conflict(exc) from None
             if happened or before != (record.name, record.description, record.settings, record.desired_state):

@@ -117,6 +117,35 @@ def restarted_outside(known_boots: Mapping[str, float], states: Mapping[str, VmS
             and vm in known_boots and state.last_power_change > known_boots[vm]]
 
 
+def cache_as_read(cache: Mapping[str, CacheEntry], known_boots: Mapping[str, float], states: Mapping[str, VmState],
+                  at: float) -> dict[str, CacheEntry]:
+    """The cache as it reads now (a copy: a read writes nothing): the entries of VMs restarted outside
+    the group since the boot it last saw read Unknown, not yet re-verified (§2.3)."""
+    view = dict(cache)
+    for vm in restarted_outside(known_boots, states):
+        reset_after_outside_restart(view, vm, at)
+    return view
+
+
+def prune_cache(cache: Mapping[str, CacheEntry], members: Sequence[MemberSpec]) -> dict[str, CacheEntry]:
+    """The entries the plan still has a use for (Update, B11): those of rules still in it, and for a
+    member whose instances are known (itself, a listed group) only on those instances or the group
+    scope. A rule or instance added back later then starts Unknown, not with an old result."""
+    wanted: dict[str, set[str] | None] = {}  # rule id -> the VMs it may be cached on (None: any)
+    for member in members:
+        listed = member.group.instances if member.group is not None else [member.key]
+        scope = None if listed is None else {*listed, GROUP_SCOPE}
+        for rule in [*member.rules, *(rule for rules in member.instance_rules.values() for rule in rules)]:
+            wanted[rule.id] = scope
+    kept = {}
+    for key, entry in cache.items():
+        rule_id, _, vm = key.rpartition("@")
+        scope = wanted.get(rule_id, set())
+        if rule_id in wanted and (scope is None or vm in scope):
+            kept[key] = entry
+    return kept
+
+
 def cached_vm_status(cache: Mapping[str, CacheEntry], vm: str, rules: Sequence[RuleSpec], *,
                      running: bool, ignore_instance_state: bool = False) -> tuple[str, str]:
     """A VM's readiness from the cache (no check runs): a VM that is not Running reads NotReady

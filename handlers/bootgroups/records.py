@@ -137,6 +137,13 @@ class GroupStore(Protocol):
         """Replace the stored group (its claims and owner stay as they are)."""
         ...
 
+    def save_group_if(self, record: GroupRecord, *, run_id: str, updated: float | None = None) -> bool:
+        """Replace the stored group only if its `run_id` (and, given, its `updated`) are still
+        these, in one atomic compare-and-set: the take-over of a run by `crhelper bootgroups start`
+        and its checkpoints while a stack step may take the group at any moment. False, writing
+        nothing, when the group is gone or another run (or a newer save) holds it."""
+        ...
+
     def reclaim(self, record: GroupRecord, items: Mapping[str, str]) -> None:
         """Save `record` and make `items` its claims (the others it held are released), atomically,
         for `record.owner` as create_group; StateConflict when another group of that owner holds one

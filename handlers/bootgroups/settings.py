@@ -111,12 +111,25 @@ class GlobalSettings:
 
 def tier_deadline(group: GroupSettings, poll_interval: float) -> float:
     """§4.1.8: `initialDelay + (N+1)·timeout + N·poll`, counted from the start of a tier's wait
-    (1880 s with the defaults)."""
+    (1880 s with the defaults). The wait starts once the tier's start calls were answered, so on a
+    backend whose start returns before the instance runs (ECS, CloudStack's queued jobs) the deadline
+    also covers the boot (no attempt counts while an instance boots, but the clock runs): a bound on
+    the whole tier, as a user reads it, tens of seconds of boot against 1880 s by default."""
     n = group.max_retries
     return group.initial_delay + (n + 1) * group.timeout + n * poll_interval
 
 
 def worst_case(tier_count: int, group: GroupSettings, poll_interval: float) -> float:
     """The longest a start may take: the tier deadlines summed (what Create compares with the
-    type's deadline)."""
+    type's deadline). Only the start: Create runs nothing else. A reboot (an Update) also stops the
+    tiers first, each bounded by `stop_tier_timeout`, and the start calls themselves come before a
+    tier's wait; neither is counted here. An Update past the type's deadline is answered FAILED by
+    the framework, like any operation."""
     return tier_count * tier_deadline(group, poll_interval)
+
+
+def stop_tier_timeout(group: GroupSettings) -> float:
+    """How long a stop (or a reboot's stop half) waits for one tier's instances to read Stopped:
+    ReadinessTimeoutSeconds. The spec sets no bound; a stop must end, and an instance still not
+    Stopped then is reported as failed to stop while the lower tiers are still stopped (§4.4)."""
+    return group.timeout

@@ -167,6 +167,21 @@ class SqliteGroupStore:
             conn.execute("UPDATE groups SET name = ?, doc = ? WHERE group_id = ?",
                          (record.name, json.dumps(dump(record)), record.group_id))
 
+    def save_group_if(self, record: GroupRecord, *, run_id: str, updated: float | None = None) -> bool:
+        """The compare and the write in one `BEGIN IMMEDIATE` (no other writer in between)."""
+        with self._tx() as conn:
+            row = conn.execute("SELECT doc FROM groups WHERE group_id = ?", (record.group_id,)).fetchone()
+            if row is None:
+                return False
+            stored = json.loads(row[0])
+            if stored.get("run_id", "") != run_id or (updated is not None and stored.get("updated") != updated):
+                return False
+            record.owner = record.owner or self.owner
+            record.updated = time.time()
+            conn.execute("UPDATE groups SET name = ?, doc = ? WHERE group_id = ?",
+                         (record.name, json.dumps(dump(record)), record.group_id))
+        return True
+
     def reclaim(self, record: GroupRecord, items: Mapping[str, str]) -> None:
         with self._tx() as conn:
             record.owner = record.owner or self.owner

@@ -38,7 +38,6 @@ from urllib.parse import quote
 from crhelper.operations.codec import dump
 from crhelper.store.base import StoreError
 from crhelper.store.s3 import MAX_RACE_ROUNDS, S3Store
-from crhelper.store.url import S3Settings, StoreConfigError, parse_store_url
 
 from .events import Event
 from .records import (
@@ -231,6 +230,22 @@ class S3GroupStore:
         record.owner = record.owner or self.owner
         self._replace(self._group_dir(record.group_id), self._write_group(record), over_tombstone=False)
 
+    def save_group_if(self, record: GroupRecord, *, run_id: str, updated: float | None = None) -> bool:
+        """The compare on the group log's head, the write as its next create-only entry: of two
+        racers one wins, and the loser compares again against what the winner wrote."""
+        log_dir = self._group_dir(record.group_id)
+        for _ in range(MAX_RACE_ROUNDS):
+            head = self._objects.head(log_dir)
+            if head.doc is None or head.doc.get("kind") != _GROUP:
+                return False
+            stored = head.doc["record"]
+            if stored.get("run_id", "") != run_id or (updated is not None and stored.get("updated") != updated):
+                return False
+            record.owner = record.owner or self.owner
+            if self._objects.advance_log(log_dir, head.seq + 1, self._write_group(record)):
+                return True
+        raise StoreError(f"boot-group store: saving group {record.group_id} lost too many races in a row")
+
     def reclaim(self, record: GroupRecord, items: Mapping[str, str]) -> None:
         record.owner = record.owner or self.owner
         self._update_index(record.owner, self._check_and_enter(record, items, _LIVE))
@@ -344,14 +359,9 @@ class S3GroupStore:
 def open_s3_group_store(url: str, env: Mapping[str, str] | None = None, *, owner: str | None = None,
                         clock: Callable[[], float] = time.time) -> S3GroupStore:
     """`s3://bucket/prefix?endpoint=…&region=…` (the parameters of CRHELPER_STORE) -> the store."""
-    from crhelper.store.s3_client import make_client
+    from crhelper.store.s3_client import client_for_url
 
-    try:
-        settings = parse_store_url(url)
-    except StoreConfigError as exc:
-        raise ValueError(str(exc).replace("CRHELPER_STORE", STORE_ENV, 1)) from None
-    if not isinstance(settings, S3Settings):
-        raise ValueError(f"{STORE_ENV}: not an s3:// URL")
+    client, settings = client_for_url(url, STORE_ENV, env)
     env = os.environ if env is None else env
-    return S3GroupStore(make_client(settings, env), settings.bucket, settings.prefix, owner=owner or local_owner(env),
+    return S3GroupStore(client, settings.bucket, settings.prefix, owner=owner or local_owner(env),
                         clock=clock)

@@ -23,6 +23,8 @@ from .model import (
 from .settings import GroupSettings, effective, settings_problems
 
 PREFIX = "ResourceProperties"
+#: A boot group's Name, as CloudStack's (it is in the resource's Data, whose 4,096 bytes it must not fill).
+MAX_NAME = 255
 #: Detail keys each type takes (lower-case); MemberQuorum also reads the PR's snake_case spelling.
 _DETAIL_KEYS: dict[str, tuple[str, ...]] = {
     PING: (),
@@ -62,7 +64,11 @@ class Context:
     claims: Mapping[str, str] = dataclasses.field(default_factory=dict)
     #: Group member key -> its current instances, for groups given by Tag or Id (Instances lists are read directly).
     group_instances: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
-    #: Instance -> the instance group (key) it belongs to, where known (a VM whose group is a member elsewhere).
+    #: Group member key -> what makes the group one item across boot groups and names (the backend's
+    #: `group_identity`: CloudStack's uuid, ECS's `tag:<Key>=<Value>`); absent: its key (the Name).
+    group_identities: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: Instance -> the identity of an instance group it belongs to, where known (a VM whose group is a
+    #: member elsewhere: refused when `claims` has that group).
     instance_groups: Mapping[str, str] = dataclasses.field(default_factory=dict)
     #: Whether an instance has a guest agent (counts as KVM); None: not known here (not checked).
     has_guest_agent: Callable[[str], bool | None] = lambda vm: None
@@ -81,6 +87,9 @@ class CheckedGroup:
     settings: GroupSettings
     backend: str
     desired_state: str
+    #: What the group claims (membership key -> the property path naming it): every instance, listed
+    #: or found in a group, and every instance group by its identity.
+    items: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -113,6 +122,8 @@ def check_group(props: InstanceBootGroupProps, context: Context | None = None) -
         add("Name", "must not be empty")
     elif name != props.Name:
         add("Name", "must not start or end with whitespace")
+    elif len(name) > MAX_NAME:
+        add("Name", f"must be at most {MAX_NAME} characters (it is {len(name)})")
     elif name in set(context.taken_names):
         add("Name", f"another boot group of this owner is already named {name!r} (a Name is unique per owner)")
     backend = (props.Backend or context.default_backend).strip().lower()
@@ -133,7 +144,7 @@ def check_group(props: InstanceBootGroupProps, context: Context | None = None) -
         spec = _check_member(member, f"Members[{index}]", backend, context, seen_items, add)
         if spec is not None:
             members.append(spec)
-    return CheckedGroup(problems, members, effective(props.Settings), backend, desired or "Running")
+    return CheckedGroup(problems, members, effective(props.Settings), backend, desired or "Running", seen_items)
 
 
 def _check_connection(props: InstanceBootGroupProps, backend: str, add: Callable[[str, str], None]) -> None:
@@ -181,7 +192,7 @@ def _check_member(member: MemberProps, path: str, backend: str, context: Context
     ref, key = _check_group_ref(group, f"{path}.InstanceGroup", backend, add)
     if key is None:
         return None
-    item = group_item(key)
+    item = group_item(context.group_identities.get(key, key))
     if item in seen:
         add(f"{path}.InstanceGroup", f"instance group {key!r} is already a member of this boot group ({seen[item]})")
     elif item in context.claims:
@@ -202,6 +213,16 @@ def _check_member(member: MemberProps, path: str, backend: str, context: Context
                       instance_rules=instance_rules, group=ref)
 
 
+def group_ref(group: Any) -> tuple[GroupRef, str | None]:
+    """How a backend finds a member group's instances, and the member's key (its Name, else its Id;
+    None without either)."""
+    name = (group.Name or "").strip() or None
+    ref = GroupRef(name=name, instances=[vm for vm in group.Instances if vm.strip()] if group.Instances is not None else None,
+                   tag_key=group.Tag.Key if group.Tag else None, tag_value=group.Tag.Value if group.Tag else None,
+                   id=group.Id)
+    return ref, name or (group.Id.strip() if group.Id and group.Id.strip() else None)
+
+
 def _check_group_ref(group: Any, path: str, backend: str,
                      add: Callable[[str, str], None]) -> tuple[GroupRef, str | None]:
     given = [name for name in ("Instances", "Tag", "Id") if getattr(group, name) is not None]
@@ -213,7 +234,7 @@ def _check_group_ref(group: Any, path: str, backend: str,
         add(f"{path}.Id", "names a CloudStack instance group; only the cloudstack backend has one")
     name = (group.Name or "").strip() or None
     if name is None and group.Id is None:
-        add(f"{path}.Name", "is required (it identifies the group across boot groups) unless Id is given")
+        add(f"{path}.Name", "is required (it names the member in Data, events and rule names) unless Id is given")
     if group.Instances is not None:
         counted: set[str] = set()
         for index, vm in enumerate(group.Instances):
@@ -222,11 +243,7 @@ def _check_group_ref(group: Any, path: str, backend: str,
             elif vm in counted:
                 add(f"{path}.Instances[{index}]", f"instance {vm!r} is listed twice")
             counted.add(vm)
-    ref = GroupRef(name=name, instances=[vm for vm in group.Instances if vm.strip()] if group.Instances is not None else None,
-                   tag_key=group.Tag.Key if group.Tag else None, tag_value=group.Tag.Value if group.Tag else None,
-                   id=group.Id)
-    key = name or (group.Id.strip() if group.Id and group.Id.strip() else None)
-    return ref, key
+    return group_ref(group)
 
 
 def _claim_vm(vm: str, path: str, context: Context, seen: dict[str, str], add: Callable[[str, str], None],
@@ -240,7 +257,8 @@ def _claim_vm(vm: str, path: str, context: Context, seen: dict[str, str], add: C
         add(path, f"{what} is already a member of boot group {context.claims[item]!r} (one boot group per instance)")
     else:
         owner_group = context.instance_groups.get(vm)
-        if direct and owner_group is not None and group_item(owner_group) in context.claims:
+        if owner_group is not None and group_item(owner_group) in context.claims and (
+                direct or group is None or context.group_identities.get(group, group) != owner_group):
             add(path, f"{what} belongs to instance group {owner_group!r}, a member of boot group "
                       f"{context.claims[group_item(owner_group)]!r}")
     if vm in context.ineligible:

@@ -178,3 +178,14 @@ def drive(run: BootRun, backend: FakeBackend, clock: ManualClock, *, step_second
         if roundtrip:
             run = load_run(json.loads(json.dumps(dump_run(run))))
     raise AssertionError("the run did not finish")
+
+
+def no_cloud_environment(monkeypatch: Any) -> None:
+    """No cloud connection or credentials from the environment: a test's template and FC context
+    say where its backend calls (the local endpoints), and the metadata service is never asked."""
+    from crhelper.cloud.credentials import KEY_ID_ENV, KEY_SECRET_ENV, TOKEN_ENV
+
+    for name in ("CLOUDSTACK_ENDPOINT", "CLOUDSTACK_KEY", "CLOUDSTACK_SECRET", KEY_ID_ENV, KEY_SECRET_ENV, TOKEN_ENV,
+                 "CRHELPER_ECS_ENDPOINT", "CRHELPER_ECS_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ALIBABA_CLOUD_ECS_METADATA_DISABLED", "true")

@@ -25,8 +25,10 @@ from crhelper.local.supervisor import SupervisorClient
 from crhelper.testing import ResponseServer, make_event
 from crhelper.cli.main import build_parser
 from handlers.bootgroups import commands, engine, events as ev
+from handlers.bootgroups.backend_local import LocalBackend
+from handlers.bootgroups.readiness import NOT_REVERIFIED
 from handlers.bootgroups.state import GroupRecord
-from handlers.bootgroups.provider import build_provider, group_store
+from handlers.bootgroups.provider import build_provider, group_data, group_store
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP, INSTANCE = "Custom::InstanceBootGroup", "Custom::LocalInstance"
@@ -289,3 +291,71 @@ def test_an_unfinished_run_is_live_only_while_its_owner_makes_progress() -> None
     run.finished = True
     record.run, record.run_id = engine.dump_run(run), "REQ-1:update"
     assert commands.running_elsewhere(record, 1000.0) is None
+
+
+@pytest.mark.slow
+def test_show_and_data_read_an_outside_restart_as_unknown_and_a_stopped_instance_as_not_ready_without_writing(
+        make_shop: Any, supervisor: SupervisorClient, capsys: pytest.CaptureFixture[str]) -> None:  # B6: §2.3, test 12
+    from crhelper.cli.main import main  # `show` in process (each command's interpreter start costs ~1 s here)
+
+    def show(*flags: str) -> str:
+        capsys.readouterr()
+        assert main(["bootgroups", "show", "shop", *flags]) == 0
+        return capsys.readouterr().out
+
+    shop = make_shop()
+    db, app, web = (shop.ids[name] for name in ("db", "app", "web"))
+    started = bootgroups("start", "shop")
+    assert started.returncode == 0, started.stdout + started.stderr
+    store = group_store()
+    before = store.get_group(shop.group_id)
+    assert before is not None and {entry.status for entry in before.cache.values()} == {"Ready"}
+
+    def readiness(*flags: str) -> dict[str, tuple[str, str]]:
+        return {m["Member"]: (m["Readiness"], m["Message"]) for tier in json.loads(show("--json", *flags))["Tiers"]
+                for m in tier["Members"]}
+
+    supervisor.restart(app)  # outside the boot group
+    seen = readiness()
+    assert seen[app][0] == "Unknown" and NOT_REVERIFIED in seen[app][1], seen
+    assert seen[db][0] == seen[web][0] == "Ready"
+    text = show()
+    assert f"Instance {app}: Unknown (PortCheck 'app-port' (port 18000): {NOT_REVERIFIED})" in text, text
+    data = group_data(store.get_group(shop.group_id), None, LocalBackend(store))  # type: ignore[arg-type]
+    assert data["Readiness"] == {db: "Ready", app: "Unknown", web: "Ready"} and data["GroupId"] == shop.group_id
+
+    supervisor.stop(web, grace=0.5)  # a stopped instance reads NotReady, or its cached result when asked
+    assert readiness()[web] == ("NotReady", f"instance {web!r} is not Running")
+    ignoring = readiness("--ignore-instance-state")
+    assert ignoring[web][0] == "Ready" and ignoring[app][0] == "Unknown" and ignoring[db][0] == "Ready"
+    after = store.get_group(shop.group_id)
+    assert after is not None and after.updated == before.updated and after.cache == before.cache  # reads wrote nothing
+
+
+@pytest.mark.slow
+def test_stop_on_delete_stops_the_instances_or_leaves_them_running_and_a_disabled_rule_never_blocks(
+        make_shop: Any, supervisor: SupervisorClient) -> None:
+    shop = make_shop()
+    shop.send("Delete", GROUP, {}, physical_resource_id=shop.group_id)  # Stopped, so nothing runs yet
+    members = [{"Instance": shop.ids[name], "BootOrder": order, "ReadinessRules": [
+        {"Type": "PortCheck", "Details": {"port": shop.ports[name]}},
+        {"Type": "PortCheck", "Name": "never", "Enabled": False, "Details": {"port": 1}}]}  # nothing listens on port 1
+        for order, name in enumerate(("db", "app", "web"))]
+    props = {"Members": members, "Settings": {"InitialDelaySeconds": 0, "ReadinessTimeoutSeconds": 1, "MaxRetryAttempts": 40}}
+    kept = shop.send("Create", GROUP, {"Name": "keep", "StopOnDelete": False, **props}, logical_resource_id="Keep")
+    assert set(kept["Data"]["Readiness"].values()) == {"Ready"}
+    checked = [entry.message for entry in engine.load_run(group_store().get_group(kept["PhysicalResourceId"]).run).timeline  # type: ignore[union-attr]
+               if entry.kind == ev.CHECK]
+    assert checked and not any(":1 " in message or "'never'" in message for message in checked), checked
+    pids = {status.name: status.pid for status in supervisor.list()}
+    assert len(pids) == 3 and shop.listening() == {"db": True, "app": True, "web": True}
+    shop.send("Delete", GROUP, {}, physical_resource_id=kept["PhysicalResourceId"])
+    assert {status.name: status.pid for status in supervisor.list() if status.running} == pids  # left running
+
+    stopping = shop.send("Create", GROUP, {"Name": "stop", "StopOnDelete": True, **props}, logical_resource_id="Stop")
+    assert {status.name: status.pid for status in supervisor.list()} == pids  # already Running: not restarted
+    shop.send("Delete", GROUP, {}, physical_resource_id=stopping["PhysicalResourceId"])
+    assert not any(status.running for status in supervisor.list())
+    assert shop.listening() == {"db": False, "app": False, "web": False}
+    assert [e.type for e in group_store().events(stopping["PhysicalResourceId"])][-2:] == [ev.STOP, ev.DELETE]
+    assert group_store().list_groups() == []

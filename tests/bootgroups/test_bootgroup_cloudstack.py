@@ -2,7 +2,9 @@
 `cs` client signs every request and the endpoint verifies it; VMs run real guest processes on
 127.0.0.N, so a PortCheck is a real TCP connect. Two-tier start, reboot and stop; a failing start
 job halts with CloudStack's error text; GuestAgentLiveness on a non-KVM VM is Error; API errors
-name the VM and the command; throttling is retried."""
+name the VM and the command; throttling is retried. Reboot-on-retry waits for the VM to read
+Running again; the Inventory calls (batch states, group identity, ineligible VMs) read through
+listVirtualMachines / listInstanceGroups; a `~` value is refused before it is signed."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from typing import Any, Iterator
 
 import pytest
@@ -21,14 +24,15 @@ from bootgroup_fakes import members_of
 from crhelper.cloud.poll import PollSettings
 from crhelper.errors import Failure
 from crhelper.local.cloudstack_server import LocalCloudStack
-from crhelper.local.cloudstack_state import CloudStackSettings
+from crhelper.local.cloudstack_state import CloudStackSettings, InstanceGroup
 from crhelper.local.supervisor import port_open
 from crhelper.operations import SYSTEM_CLOCK, Budget, Memory
 from handlers.bootgroups import events as ev
-from handlers.bootgroups.backend_cloudstack import CloudStackBackend, CloudStackConfig, CloudStackError, make_backend
-from handlers.bootgroups.backends import MISSING, RUNNING, STOPPED
+from handlers.bootgroups.backend_cloudstack import (
+    REBOOT_WAIT_ENV, CloudStackBackend, CloudStackConfig, CloudStackError, make_backend)
+from handlers.bootgroups.backends import MISSING, RUNNING, STOPPED, NotFound
 from handlers.bootgroups.engine import BootRun, StepOutcome, advance, begin, dump_run, load_run
-from handlers.bootgroups.model import ERROR, READY, InstanceBootGroupProps
+from handlers.bootgroups.model import ERROR, READY, GroupRef, InstanceBootGroupProps
 from handlers.bootgroups.settings import GroupSettings
 from handlers.bootgroups.validation import Context, check_group
 
@@ -263,3 +267,137 @@ def test_importing_the_backend_imports_no_sdk() -> None:
                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     assert out.stdout.strip() == "[]", out.stderr
 
+
+# --- reboot-on-retry (review B3) -------------------------------------------------------------------
+
+def test_a_reboot_returns_once_the_vm_reads_running_and_a_failed_reboot_job_raises(cloud: LocalCloudStack) -> None:
+    vm = cloud.add_vm("db-1", state=RUNNING)
+    backend = backend_of(cloud, poll=PollSettings(0.02, 0.1))
+    backend.reboot_vm(vm.id)
+    [job] = [j for j in cloud.state.jobs.values() if j.command == "rebootVirtualMachine"]
+    assert job.completed is not None and cloud.vm(vm.id).state == "Running"
+    assert [r.command for r in cloud.requests][-1] == "listVirtualMachines"     # read Running after the job
+    cloud.fail_jobs("rebootVirtualMachine", errortext="Unable to reboot db-1: host in maintenance")
+    with pytest.raises(CloudStackError, match=r"rebootVirtualMachine job .* for VM .* failed \(jobstatus 2, "
+                                              r"jobresultcode 530, errorcode 530\): Unable to reboot db-1: host in maintenance"):
+        backend.reboot_vm(vm.id)
+
+
+def test_a_reboot_that_does_not_get_back_to_running_within_the_bound_names_vm_state_and_bound() -> None:
+    with LocalCloudStack(settings=CloudStackSettings(start_seconds=5, stop_seconds=5)) as slow:
+        vm = slow.add_vm("db-1", state=RUNNING)
+        backend = backend_of(slow, reboot_wait=0.3, poll=PollSettings(0.05, 0.1))
+        started = time.monotonic()
+        with pytest.raises(CloudStackError) as info:
+            backend.reboot_vm(vm.id)
+        assert time.monotonic() - started < 2
+    text = str(info.value)
+    assert f"VM {vm.id!r} did not read Running within 0.3 s of its reboot (last state: Stopping" in text
+    assert "is still pending" in text and REBOOT_WAIT_ENV in text
+
+
+@pytest.mark.slow
+def test_reboot_on_retry_reboots_n_times_and_evaluates_each_time_after_the_vm_is_running_again() -> None:
+    """§4.2.4 on CloudStack: 1 s transitions, delay 0, MaxRetryAttempts 3, RebootOnRetry, a member
+    never Ready: 3 reboots, 4 evaluations each on a Running VM, then the halt at attempt 4/4."""
+    with LocalCloudStack(settings=CloudStackSettings(start_seconds=1, stop_seconds=1)) as slow:
+        vm = slow.add_vm("db-1", state=RUNNING)
+        members = members_of({"Backend": "cloudstack", "Members": [
+            {"Instance": vm.id, "BootOrder": 0, "ReadinessRules": [port_rule(DB_PORT)]}]})
+        settings = GroupSettings(timeout=2, max_retries=3, initial_delay=0, reboot_on_retry=True)
+        run, outcome = run_to_end("start", members, slow, settings=settings, poll=PollSettings(0.05, 0.2))
+        reboots = sorted((j for j in slow.state.jobs.values() if j.command == "rebootVirtualMachine"),
+                         key=lambda j: j.created)
+    assert len(slow.calls("rebootVirtualMachine")) == 3 and all(j.completed is not None for j in reboots)
+    checks = [e for e in run.timeline if e.kind == ev.CHECK and e.subject == vm.id]
+    assert len(checks) == 4
+    for check, reboot in zip(checks[1:], reboots):                  # each evaluation after a reboot ...
+        assert reboot.completed is not None and check.at >= reboot.completed   # ... once the VM was Running
+    assert all(f"connection refused by {vm.ip}:{DB_PORT}" in e.message for e in checks)
+    assert not outcome.ok and outcome.reason is not None
+    assert "4/4" in outcome.reason and "PortCheck" in outcome.reason and "530" not in outcome.reason
+
+
+# --- Inventory: vm_states, group_identity, ineligible -----------------------------------------------
+
+def test_vm_states_lists_many_vms_per_call_and_an_unlisted_id_is_missing(cloud: LocalCloudStack) -> None:
+    vms = [cloud.add_vm(f"vm-{n}", state=RUNNING if n % 2 else STOPPED) for n in range(5)]
+    ghost = str(uuid.uuid4())                                        # no such VM (or another account's)
+    backend = backend_of(cloud, ids_per_call=2)
+    states = backend.vm_states([vm.id for vm in vms] + [ghost])
+    assert {vm: s.state for vm, s in states.items()} == {
+        **{vm.id: RUNNING if n % 2 else STOPPED for n, vm in enumerate(vms)}, ghost: MISSING}
+    assert states[vms[1].id].last_power_change == math.floor(cloud.vm(vms[1].id).lastupdated)
+    calls = cloud.calls("listVirtualMachines")
+    assert [c.parameters["ids"].split(",") for c in calls] == [
+        [vms[0].id, vms[1].id], [vms[2].id, vms[3].id], [vms[4].id, ghost]]      # one call per page of ids
+    assert all("id" not in c.parameters for c in calls)
+
+
+def test_vm_states_drops_an_id_a_real_server_refuses_with_a_431(cloud: LocalCloudStack) -> None:
+    vm = cloud.add_vm("vm-1", state=RUNNING)
+    ghost = str(uuid.uuid4())
+    cloud.fail_next("listVirtualMachines", errorcode=431, cserrorcode=4350, errortext=(
+        "Unable to execute API command listvirtualmachines due to invalid value. Invalid parameter ids "
+        f"value={ghost} due to incorrect long value format, or entity does not exist or due to incorrect "
+        "parameter annotation for the field in api cmd class."))
+    states = backend_of(cloud).vm_states([vm.id, ghost])
+    assert (states[vm.id].state, states[ghost].state) == (RUNNING, MISSING)
+    assert [c.parameters["ids"] for c in cloud.calls("listVirtualMachines")] == [f"{vm.id},{ghost}", vm.id]
+
+
+def test_group_identity_is_the_uuid_of_the_group_by_id_or_by_its_one_name(cloud: LocalCloudStack) -> None:
+    web = cloud.add_group("web")
+    backend = backend_of(cloud)
+    assert backend.group_identity(GroupRef(name="web")) == web.id
+    assert backend.group_identity(GroupRef(name="frontend", id=web.id)) == web.id
+    assert [dict(c.parameters) for c in cloud.calls("listInstanceGroups")][-1]["id"] == web.id
+    cloud.api.recorded.clear()
+    assert backend.group_identity(GroupRef(name="mine", instances=["a", "b"])) is None and not cloud.requests
+    with pytest.raises(NotFound, match="instance group Name 'db': no CloudStack instance group"):
+        backend.group_identity(GroupRef(name="db"))
+    ghost = str(uuid.uuid4())
+    with pytest.raises(NotFound, match=f"instance group Id '{ghost}': no CloudStack instance group with this id"):
+        backend.group_identity(GroupRef(name="web", id=ghost))
+    cloud.fail_next("listInstanceGroups", errorcode=431, cserrorcode=4350,   # what a real server answers
+                    errortext=f"Unable to execute API command listinstancegroups due to invalid value. Invalid "
+                              f"parameter id value={ghost} due to incorrect long value format, or entity does not exist")
+    with pytest.raises(NotFound, match=f"Id '{ghost}'"):
+        backend.group_identity(GroupRef(id=ghost, instances=[]))
+    other = InstanceGroup(str(uuid.uuid4()), "web", time.time())     # e.g. seen through a project
+    cloud.state.groups[other.id] = other
+    with pytest.raises(Failure, match=f"Name 'web': 2 CloudStack instance groups have this name \\({web.id}, "
+                                      f"{other.id}\\); give the one you mean as Id"):
+        backend.group_identity(GroupRef(name="web"))
+    with pytest.raises(Failure, match="Tag selects ECS instances"):
+        backend.group_identity(GroupRef(name="t", tag_key="tier", tag_value="web"))
+
+
+def test_a_value_with_a_tilde_is_refused_before_it_is_signed(cloud: LocalCloudStack) -> None:
+    backend = backend_of(cloud)
+    with pytest.raises(CloudStackError, match=r"listInstanceGroups for instance group 'web~1' not sent: name "
+                                              r"'web~1' contains '~'.*refuse the signature \(HTTP 401\)"):
+        backend.group_identity(GroupRef(name="web~1"))
+    with pytest.raises(CloudStackError, match="startVirtualMachine for VM 'i~2' not sent: id 'i~2'"):
+        backend.start_vm("i~2")
+    assert not cloud.requests                                       # nothing reached the server
+    vm = cloud.add_vm("db-1")
+    assert backend.vm_state("i~2").state == MISSING and not cloud.requests   # no CloudStack uuid has a '~'
+    states = backend.vm_states(["i~2", vm.id])
+    assert (states["i~2"].state, states[vm.id].state) == (MISSING, STOPPED)
+    assert [r.parameters["ids"] for r in cloud.requests] == [vm.id]
+
+
+def test_ineligible_names_vnf_appliances_cks_nodes_and_autoscale_members(cloud: LocalCloudStack) -> None:
+    plain = cloud.add_vm("plain")
+    vnf = cloud.add_vm("router", template_type="VNF")
+    cks = cloud.add_vm("k8s-node-1", vm_type="cksnode")
+    scaled = cloud.add_vm("web-autoscale-1", autoscale_group="web-asg")
+    ghost = str(uuid.uuid4())
+    reasons = backend_of(cloud, ids_per_call=3).ineligible([plain.id, vnf.id, cks.id, scaled.id, ghost])
+    listed = cloud.state.describe(cloud.state.vms[scaled.id])
+    assert reasons == {
+        vnf.id: "it is a VNF appliance (templatetype VNF)",
+        cks.id: "it is a CKS cluster node (vmtype cksnode)",
+        scaled.id: f"it is in AutoScale VM group 'web-asg' (autoscalevmgroupid {listed['autoscalevmgroupid']})"}
+    assert len(cloud.calls("listVirtualMachines")) == 2

@@ -6,6 +6,7 @@ IncorrectInstanceStatus / throttling / 5xx faults retried. The settings tests ne
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import time
@@ -22,9 +23,9 @@ from crhelper.local.ecs_server import EcsTimings, LocalECS
 from crhelper.operations import SYSTEM_CLOCK, Budget, Memory
 from handlers.bootgroups import events as ev, probes
 from handlers.bootgroups.backend_ecs import EcsBackend, EcsSettings
-from handlers.bootgroups.backends import RUNNING, STOPPED
+from handlers.bootgroups.backends import MISSING, RUNNING, STOPPED
 from handlers.bootgroups.engine import BootRun, StepOutcome, advance, begin
-from handlers.bootgroups.model import ERROR, GUEST_AGENT, NOT_READY, READY
+from handlers.bootgroups.model import ERROR, GUEST_AGENT, NOT_READY, READY, GroupRef
 from handlers.bootgroups.settings import GroupSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cloud"))
@@ -137,8 +138,12 @@ def test_two_tiers_start_in_order_stop_forced_in_reverse_and_reboot(ecs: LocalEC
     reboot = new_run("reboot", members)
     outcome = run_to_end(reboot, backend)
     assert outcome.ok, outcome.reason
-    actions = [(r.action, r.parameters.get("InstanceId.1")) for r in ecs.requests if r.action != "DescribeInstances"]
+    reads = ("DescribeInstances", "DescribeInstanceStatus")
+    actions = [(r.action, r.parameters.get("InstanceId.1")) for r in ecs.requests if r.action not in reads]
     assert actions == [("StopInstances", web), ("StopInstances", db), ("StartInstances", db), ("StartInstances", web)]
+    # the poll rounds read their tier's states with DescribeInstanceStatus (B7), 50 a page
+    rounds = calls(ecs, "DescribeInstanceStatus")
+    assert rounds and {(r.parameters["PageSize"], r.parameters["PageNumber"]) for r in rounds} == {("50", "1")}
     assert all(r.parameters["ForceStop"] == "False" for r in calls(ecs, "StopInstances"))
     assert accepts(ecs.instance(web).private_ip, 18080)
 
@@ -311,3 +316,68 @@ def test_a_stopped_instance_is_not_refused_a_guest_agent_rule_for_reading_false(
     assert backend.has_guest_agent(stopped) in (None, True)
     assert backend.has_guest_agent(running_without) is False
     assert backend.has_guest_agent(running_with) is True
+
+
+# --- Inventory: batch states, group identity, eligibility (B7, §5) ------------------------------------
+
+
+@pytest.mark.slow
+def test_vm_states_reads_103_instances_in_three_status_calls_and_an_unknown_id_reads_missing(ecs: LocalECS) -> None:
+    running = [ecs.add_instance(f"up{n}", status=RUNNING) for n in range(3)]
+    stopped = [ecs.add_instance(f"down{n}") for n in range(100)]
+    wanted = stopped[:60] + running + stopped[60:] + ["i-nowhere"]
+    backend = backend_for(ecs)
+    ecs.clear_requests()
+    states = backend.vm_states(wanted)
+    assert list(states) == wanted
+    assert {vm: states[vm].state for vm in running} == dict.fromkeys(running, RUNNING)
+    assert {states[vm].state for vm in stopped} == {STOPPED} and states["i-nowhere"].state == MISSING
+    status_calls = [r.parameters for r in calls(ecs, "DescribeInstanceStatus")]
+    ids_per_call = [sum(name.startswith("InstanceId.") for name in p) for p in status_calls]
+    assert ids_per_call == [100, 100, 4] and [p["PageNumber"] for p in status_calls] == ["1", "2", "1"]
+    assert {p["PageSize"] for p in status_calls} == {"50"}
+    # the Running ones, never seen changing, are dated from their StartTime: one DescribeInstances for all three
+    (described,) = calls(ecs, "DescribeInstances")
+    assert sorted(json.loads(described.parameters["InstanceIds"])) == sorted(running)
+    for vm in running:
+        minute = math.floor(ecs.instance(vm).last_change / 60) * 60
+        since = states[vm].last_power_change
+        assert since == pytest.approx(min(minute + 60, time.time()), abs=1.0)  # as vm_state dates it
+
+    ecs.clear_requests()
+    backend.start_vm(stopped[0])
+    again = backend.vm_states(wanted)
+    assert calls(ecs, "DescribeInstances") == [], "StartTimes already read are not read again"
+    assert again[stopped[0]].state in ("Starting", RUNNING) and again[stopped[0]].last_power_change is not None
+    assert ecs.wait_for_status(stopped[0], RUNNING)
+    booted = backend.vm_states([stopped[0]])[stopped[0]]
+    assert booted.running and booted.last_power_change is not None and booted.last_power_change >= ecs.instance(
+        stopped[0]).last_change, "a boot this backend saw is dated when it saw it"
+
+
+def test_a_tag_group_is_one_item_by_its_tag_whatever_its_name() -> None:
+    backend = EcsBackend(EcsSettings(region="r", endpoint="127.0.0.1:1"), Credentials("AK", "SK"))
+    assert backend.group_identity(GroupRef(name="web", tag_key="tier", tag_value="web")) == "tag:tier=web"
+    assert backend.group_identity(GroupRef(name="other name", tag_key="tier", tag_value="web")) == "tag:tier=web"
+    assert backend.group_identity(GroupRef(name="any", tag_key="tier", tag_value="")) == "tag:tier=*"
+    assert backend.group_identity(GroupRef(name="listed", instances=["i-1"])) is None
+    with pytest.raises(Failure, match="on ECS an InstanceGroup gives Instances or Tag .* \\(Id is CloudStack's\\)"):
+        backend.group_identity(GroupRef(id="cs-group-uuid"))
+
+
+@pytest.mark.slow
+def test_ack_nodes_and_auto_scaling_instances_are_ineligible_by_their_system_tags(ecs: LocalECS) -> None:
+    node = ecs.add_instance("node", tags={"ack.aliyun.com": "c50e414cb83a8", "ack.alibabacloud.com/nodepool-id": "np1",
+                                          "acs:autoscaling:scalingGroupId": "asg-pool"})
+    scaled = ecs.add_instance("scaled")
+    ecs.tag_instance(scaled, {"acs:autoscaling:scalingGroupId": "asg-2ze5", "ESS": "ESS"})  # as ESS tags what it attaches
+    plain = ecs.add_instance("plain", tags={"tier": "web"})
+    found = backend_for(ecs).ineligible([node, scaled, plain, "i-nowhere"])
+    assert found == {
+        node: "it is a node of ACK (Kubernetes) cluster 'c50e414cb83a8' (tag ack.aliyun.com), which manages its "
+              "nodes' power: the ECS counterpart of a CKS cluster node",
+        scaled: "it is an instance of Auto Scaling group 'asg-2ze5' (tag acs:autoscaling:scalingGroupId), which starts "
+                "and releases its instances: the ECS counterpart of an AutoScale VM group member",
+    }
+    (described,) = calls(ecs, "DescribeInstances")
+    assert len(json.loads(described.parameters["InstanceIds"])) == 4 and described.parameters["MaxResults"] == "100"

@@ -375,3 +375,95 @@ def test_an_error_reading_a_booting_vm_reads_failed_to_start(clock: ManualClock)
     assert not outcome.ok
     assert ("instance 'db' of Instance 'db' failed to start: RuntimeError: job for db failed: Insufficient capacity"
             in (outcome.reason or "")) and "readiness evaluation" not in (outcome.reason or "")
+
+
+# --- checks that watch through the poll interval (a backend with `watch_check`) ---------------------
+
+
+class _Watching(FakeBackend):
+    """A backend whose checks can watch: a check not Ready keeps watching for the window it is
+    offered and answers Ready the moment the script says (the clock moves to that moment), or the
+    last refusal once the window is over (the clock moves past it)."""
+
+    def __init__(self, clock: ManualClock, **kw: Any) -> None:
+        super().__init__(clock, **kw)
+        self.windows: list[tuple[str, float, float]] = []
+
+    def watch_check(self, rule_type: str, vm: str, details: dict[str, str], timeout: float, window: float) -> Any:
+        began = self.clock.now()
+        self.windows.append((vm, began, window))
+        found = self.vms[vm]
+        ready_at = None if found.ready_after is None else (found.last_power_change or 0.0) + found.ready_after
+        self.clock.advance(window if ready_at is None else min(window, max(0.0, ready_at - began)))
+        return self.check(rule_type, vm, details, timeout - (self.clock.now() - began))
+
+
+def test_a_watched_check_sees_readiness_the_moment_it_comes_not_at_the_next_poll(clock: ManualClock) -> None:
+    settings = GroupSettings(initial_delay=0)
+    members = members_of({"Members": [vm("db", 0, port(5432)), vm("web", 1, port(80))]})
+    runs = {}
+    watcher = _Watching(clock)
+    for backend in (FakeBackend(clock), watcher):
+        backend.add("db", ready_after=2.5), backend.add("web")
+        run, outcome, _ = drive(new_run("start", members, clock, settings=settings), backend, clock)
+        assert outcome.ok, outcome.reason
+        runs[type(backend)] = (run, start_times(backend))
+    polled, polled_starts = runs[FakeBackend]
+    watched, watched_starts = runs[_Watching]
+    assert polled_starts["web"] - polled.began == 10.0   # refused at 0 s, Ready at the 10 s poll
+    assert watched_starts["web"] - watched.began == 2.5  # seen the moment db listened
+    assert [(name, at - watched.began, window) for name, at, window in watcher.windows] == [
+        ("db", 0.0, 10.0), ("web", 2.5, 10.0)]
+    assert watched.start.tiers[0].vms[0].evaluations == 1  # type: ignore[union-attr]  # one evaluation, not one per try
+
+
+def test_watched_rounds_are_one_evaluation_per_poll_and_n_plus_1_before_the_halt(clock: ManualClock) -> None:
+    backend = _Watching(clock)
+    backend.add("db", ready_after=None)
+    run, outcome, _ = drive(new_run("start", members_of({"Members": [vm("db", 0, port(5432))]}), clock,
+                                    settings=GroupSettings(max_retries=3, initial_delay=0)), backend, clock)
+    assert not outcome.ok and "(attempt 4/4)" in (outcome.reason or "")
+    # the watching is the pause: rounds back to back, one poll interval each, no extra sleep
+    assert [(at - run.began, window) for _, at, window in backend.windows] == [
+        (0.0, 10.0), (10.0, 10.0), (20.0, 10.0), (30.0, 10.0)]
+    assert len(backend.check_calls("db")) == 4 and clock.now() - run.began == 40.0
+
+
+def test_watching_ends_with_the_step_and_the_next_step_waits_what_is_left_of_the_interval(clock: ManualClock) -> None:
+    backend = _Watching(clock)
+    backend.add("db", ready_after=None)
+    run = new_run("start", members_of({"Members": [vm("db", 0, port(5432))]}), clock,
+                  settings=GroupSettings(max_retries=5, initial_delay=0))
+    first = advance(run, backend, budget(clock, 15.0))
+    assert not first.finished and clock.now() - run.began == 15.0 and first.delay == 5.0
+    assert [(at - run.began, window) for _, at, window in backend.windows] == [(0.0, 10.0), (10.0, 5.0)]
+    # A step with no time left does not watch: one plain check, then the whole interval as the delay.
+    clock.advance(first.delay)
+    second = advance(run, backend, budget(clock, 0.0))
+    assert not second.finished and second.delay == 10.0 and len(backend.windows) == 2
+    assert len(backend.check_calls("db")) == 3
+
+
+def test_no_watching_when_a_round_has_more_instances_than_threads(clock: ManualClock) -> None:
+    backend = _Watching(clock)
+    names = [f"vm{n}" for n in range(4)]
+    for name in names:
+        backend.add(name, ready_after=5)
+    members = members_of({"Members": [_group("all", names, 0, port(80))]})
+    _, outcome, _ = drive(new_run("start", members, clock, settings=GroupSettings(initial_delay=0), concurrency=2),
+                          backend, clock)
+    assert outcome.ok and backend.windows == [] and len(backend.check_calls()) == 8  # refused at 0 s, Ready at 10 s
+
+
+def test_short_polls_are_checkpointed_once_a_second_and_what_a_crash_loses_is_not_counted(clock: ManualClock) -> None:
+    backend = FakeBackend(clock)
+    backend.add("db", ready_after=None)
+    run = new_run("start", members_of({"Members": [vm("db", 0, port(5432))]}), clock,
+                  settings=GroupSettings(max_retries=20, initial_delay=0), poll=0.25)
+    saved: list[Any] = []
+    outcome = advance(run, backend, budget(clock, 2.6), checkpoint=lambda r: saved.append(dump_run(r)))
+    assert not outcome.finished and run.start.tiers[0].vms[0].evaluations == 11  # type: ignore[union-attr]  # 0 .. 2.5 s
+    # the tier's start calls, then its rounds at 0, 1 and 2 s: not one store per 0.25 s round
+    assert len(saved) == 4
+    resumed = load_run(saved[-1]).start.tiers[0].vms[0]  # type: ignore[union-attr]
+    assert (resumed.evaluations, resumed.retries) == (9, 9)  # the rounds at 2.25 and 2.5 s died with the process

@@ -151,3 +151,53 @@ def test_the_manifest_tells_the_truth() -> None:
     sources = "".join(path.read_text(encoding="utf-8") for path in (REPO / "handlers" / "bootgroups").glob("*.py")
                       if path.name != "manifest.py")
     assert [v.name for v in manifest.environment if v.name not in sources] == []
+
+
+@pytest.mark.parametrize("name_of", [
+    pytest.param(lambda index: f"tier-{index}", id="short names: every tier listed"),
+    pytest.param(lambda index: f"{index}-" + "w" * 253, id="255-character names: tiers as order:count"),
+    pytest.param(lambda index: f"{index}-" + "界" * 253, id="255 CJK characters: readiness as counts"),
+])
+def test_data_of_the_largest_legal_group_stays_within_4096_bytes_keeping_group_id_and_tiers(name_of: Any) -> None:
+    from crhelper.operations import ManualClock
+    from handlers.bootgroups.provider import DATA_BUDGET, group_data
+    from handlers.bootgroups.settings import GroupSettings
+    from handlers.bootgroups.state import GroupRecord
+    from handlers.bootgroups.validation import MAX_NAME
+    from bootgroup_fakes import FakeBackend, drive, members_of, new_run
+
+    rules = [{"Type": "Ping"}, {"Type": "PortCheck", "Details": {"port": 80}}, {"Type": "PortCheck", "Details": {"port": 443}},
+             {"Type": "MemberQuorum", "Details": {"thresholdtype": "PERCENTAGE", "thresholdvalue": 90}}]
+    props = {"Members": [{"InstanceGroup": {"Name": name_of(index), "Instances": [f"vm-{index}-{n:03d}" for n in range(50)]},
+                          "BootOrder": index, "ReadinessRules": rules,
+                          "InstanceRules": {f"vm-{index}-000": [{"Type": "GuestAgentLiveness"}]}} for index in range(10)]}
+    members = members_of(props)  # 10 members (the limit), 500 instances, 5 rules each
+    clock = ManualClock()
+    backend = FakeBackend(clock)
+    for member in members:
+        for vm in member.group.instances or ():  # type: ignore[union-attr]
+            backend.add(vm)
+    settings = GroupSettings(initial_delay=0.0)
+    run, outcome, _ = drive(new_run("start", members, clock, settings=settings), backend, clock)
+    assert outcome.ok, outcome.reason
+    record = GroupRecord(group_id="ibg-" + "g" * 40 + "-0123456789", name=name_of(0)[:MAX_NAME], members=members,
+                         settings=settings, cache=dict(run.cache))
+    data = group_data(record, run, backend)
+    size = len(json.dumps(data, ensure_ascii=False).encode())
+    assert size <= DATA_BUDGET < 4096
+    assert data["GroupId"] == record.group_id and data["Name"] == record.name
+    keys = [member.key for member in members]
+    if isinstance(data["Tiers"][0], dict):
+        assert data["Tiers"] == [{"Order": index, "Members": [key]} for index, key in enumerate(keys)]
+    else:
+        assert data["Tiers"] == [f"{index}:1" for index in range(10)]
+    assert data["Readiness"] in ({key: "Ready" for key in keys}, {"Ready": 10})
+    shapes = (isinstance(data["Tiers"][0], dict), set(data["Readiness"]) == {"Ready"})
+    expected = {"tier-0": (True, False), "0-" + "w" * 253: (False, False), "0-" + "界" * 253: (False, True)}[keys[0]]
+    assert shapes == expected
+
+
+def test_a_name_past_255_characters_is_refused(stack: Stack) -> None:
+    refused = stack.send("Create", GROUP, group("n" * 256, {"Instance": "i-1", "BootOrder": 0}))
+    assert refused["Status"] == "FAILED"
+    assert "ResourceProperties.Name: must be at most 255 characters (it is 256)" in refused["Reason"]

@@ -165,6 +165,7 @@ def test_an_instance_in_a_boot_group_of_another_stack_is_refused_naming_that_gro
 def test_a_start_killed_mid_tier_1_resumes_without_restarting_tier_0_or_counting_attempts_twice(
         bindings: Path, prefix: str, supervisor: SupervisorClient) -> None:
     created = stack("create", "crash", bindings, f"HostPrefix={prefix}", "ListenDelay=0.1", "AppListenDelay=2.5",
+                    "MaxRetryAttempts=60",  # one evaluation per 0.1 s poll: 21 would give up before 2.5 s
                     extra=("--kill-provider", "--kill-provider-after", "1.5"))
     assert created["Stack"]["status"] == "CREATE_COMPLETE", created
     group = the_group()

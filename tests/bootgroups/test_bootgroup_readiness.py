@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from bootgroup_fakes import FakeBackend, members_of
 from crhelper.operations import ManualClock
-from handlers.bootgroups.backends import CheckResult
+from handlers.bootgroups.backends import CheckResult, VmState
 from handlers.bootgroups.model import ERROR, NOT_READY, READY, UNKNOWN
 from handlers.bootgroups.readiness import (
-    NOT_REVERIFIED, CacheEntry, ChildView, cache_key, cached_vm_status, evaluate_group, evaluate_vm, quorum, record,
-    reset_after_outside_restart, vm_rules,
+    GROUP_SCOPE, NOT_REVERIFIED, CacheEntry, ChildView, cache_as_read, cache_key, cached_vm_status, evaluate_group,
+    evaluate_vm, prune_cache, quorum, record, reset_after_outside_restart, vm_rules,
 )
 
 
@@ -111,3 +111,38 @@ def test_a_type_without_a_checker_evaluates_to_error() -> None:
     verdict = evaluate_vm(backend, "a", member.rules, 10, clock.now)
     assert verdict.status == ERROR and "no checker" in verdict.message
     assert isinstance(next(iter(verdict.results.values())), CheckResult)
+
+
+def test_a_read_sees_an_outside_restart_as_unknown_without_changing_the_cache() -> None:
+    ready = CacheEntry(READY, "TCP connect accepted", 5.0)
+    cache = {"a/ping@a": ready, "b/ping@b": ready}
+    states = {"a": VmState("Running", 20.0), "b": VmState("Running", 9.0)}
+    view = cache_as_read(cache, {"a": 10.0, "b": 9.0}, states, 30.0)  # a booted at 20 s, after the group's boot at 10 s
+    assert view["a/ping@a"] == CacheEntry(UNKNOWN, NOT_REVERIFIED, 30.0) and view["b/ping@b"] == ready
+    assert cache == {"a/ping@a": ready, "b/ping@b": ready}  # a copy: the stored cache is untouched
+    assert cache_as_read(cache, {"a": 20.0}, states, 30.0) == cache  # the group's own boot
+
+
+def test_an_update_keeps_only_the_results_its_plan_can_still_use() -> None:  # B11
+    old = members_of({"Members": [
+        {"Instance": "db", "BootOrder": 0, "ReadinessRules": [{"Type": "Ping"}, {"Type": "PortCheck", "Details": {"port": 1}}]},
+        {"InstanceGroup": {"Name": "web", "Instances": ["w1", "w2"]}, "BootOrder": 1, "ReadinessRules": [{"Type": "Ping"}],
+         "InstanceRules": {"w2": [{"Type": "PortCheck", "Details": {"port": 2}}]}},
+        {"Instance": "gone", "BootOrder": 2, "ReadinessRules": [{"Type": "Ping"}]}]})
+    db_ping, db_port = (rule.id for rule in old[0].rules)
+    web_ping, w2_port, gone_ping = old[1].rules[0].id, old[1].instance_rules["w2"][0].id, old[2].rules[0].id
+    entry = CacheEntry(READY, "ok", 1.0)
+    cache = {cache_key(rule, vm): entry for rule, vm in ((db_ping, "db"), (db_port, "db"), (web_ping, "w1"),
+                                                         (web_ping, "w2"), (web_ping, GROUP_SCOPE), (w2_port, "w2"),
+                                                         (gone_ping, "gone"))}
+    new = members_of({"Members": [
+        {"Instance": "db", "BootOrder": 0, "ReadinessRules": [{"Type": "Ping"}]},           # its PortCheck removed
+        {"InstanceGroup": {"Name": "web", "Instances": ["w1"]}, "BootOrder": 1,              # w2 left the group
+         "ReadinessRules": [{"Type": "Ping"}]}]})                                           # and the member 'gone' went
+    assert [rule.id for rule in new[0].rules] == [db_ping] and new[1].rules[0].id == web_ping
+    assert sorted(prune_cache(cache, new)) == sorted([cache_key(db_ping, "db"), cache_key(web_ping, "w1"),
+                                                      cache_key(web_ping, GROUP_SCOPE)])
+    tagged = members_of({"Backend": "ecs", "Members": [{"InstanceGroup": {"Name": "web", "Tag": {"Key": "tier", "Value": "web"}},
+                                                       "BootOrder": 1, "ReadinessRules": [{"Type": "Ping"}]}]})
+    kept = prune_cache(cache, tagged)  # a Tag group's instances are not known here: its rules' results all stay
+    assert sorted(kept) == sorted(cache_key(web_ping, vm) for vm in ("w1", "w2", GROUP_SCOPE))

@@ -230,6 +230,57 @@ def test_concurrent_creates_from_several_instances_let_exactly_one_win(url: str,
         assert stores[0].claims(["instance:i-shared"]) == {"instance:i-shared": winner.name}
 
 
+@pytest.mark.parametrize("url", QUICK, indirect=True)
+def test_a_run_is_taken_in_one_compare_and_set_and_never_over_a_write_in_between(store: GroupStore) -> None:
+    store.create_group(GroupRecord("g-run", "run", run_id="req-1:update"), {})
+    seen = store.get_group("g-run")
+    step = store.get_group("g-run")
+    assert seen is not None and step is not None
+    step.resumed = 1
+    store.save_group(step)  # the stack step makes progress after the command judged the group free
+    seen.run_id = "cli:start:1@me"
+    assert not store.save_group_if(seen, run_id="req-1:update", updated=seen.updated)
+    stored = store.get_group("g-run")
+    assert stored is not None and stored.run_id == "req-1:update" and stored.resumed == 1
+    before = stored.updated
+    stored.run_id = "cli:start:2@me"
+    assert store.save_group_if(stored, run_id="req-1:update", updated=before)
+    stored.resumed = 5  # the command's checkpoints go on while it holds the run...
+    assert store.save_group_if(stored, run_id="cli:start:2@me")
+    taken = store.get_group("g-run")
+    assert taken is not None and (taken.run_id, taken.resumed) == ("cli:start:2@me", 5)
+    taken.run_id = "req-2:update"
+    store.reclaim(taken, {})  # ...until a stack step takes the group over
+    stored.resumed = 9
+    assert not store.save_group_if(stored, run_id="cli:start:2@me")
+    after = store.get_group("g-run")
+    assert after is not None and (after.run_id, after.resumed) == ("req-2:update", 5)
+    store.remove_group("g-run")
+    assert not store.save_group_if(after, run_id="req-2:update") and store.get_group("g-run") is None
+
+
+@pytest.mark.parametrize("url", HEAVY, indirect=True)
+def test_of_eight_takers_of_one_run_exactly_one_wins(url: str) -> None:
+    """Each with its own store reads the free group, then all try to take its run at once."""
+    open_group_store(url, _env()).create_group(GroupRecord("g-race", "race", run_id="req-0:create"), {})
+    barrier = threading.Barrier(8)
+    stores = [open_group_store(url, _env()) for _ in range(8)]
+
+    def take(index: int) -> bool:
+        record = stores[index].get_group("g-race")
+        assert record is not None
+        free, updated = record.run_id, record.updated
+        record.run_id = f"cli:start:{index}@me"
+        barrier.wait()
+        return stores[index].save_group_if(record, run_id=free, updated=updated)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        won = list(pool.map(take, range(8)))
+    assert won.count(True) == 1
+    stored = stores[0].get_group("g-race")
+    assert stored is not None and stored.run_id == f"cli:start:{won.index(True)}@me"
+
+
 # --- what only the OSS store has to get right -----------------------------------------------------
 
 def _s3_store(moto: Any, kind: str = "oss", clock: FakeClock | None = None, prefix: str | None = None) -> S3GroupStore:

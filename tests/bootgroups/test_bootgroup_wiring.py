@@ -15,8 +15,9 @@ from typing import Any, Iterator
 
 import pytest
 
+from bootgroup_fakes import no_cloud_environment
 from crhelper import Provider
-from crhelper.cloud.credentials import KEY_ID_ENV, KEY_SECRET_ENV, TOKEN_ENV, Credentials
+from crhelper.cloud.credentials import Credentials
 from crhelper.errors import Failure
 from crhelper.invocation import fc_context, run_in_invocation
 from crhelper.testing import ResponseServer, make_event
@@ -39,9 +40,7 @@ class Stack:
 
 @pytest.fixture
 def stack(response_server: ResponseServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
-    for name in ("CLOUDSTACK_ENDPOINT", "CLOUDSTACK_KEY", "CLOUDSTACK_SECRET", KEY_ID_ENV, KEY_SECRET_ENV, TOKEN_ENV,
-                 "CRHELPER_ECS_ENDPOINT", "CRHELPER_ECS_REGION"):
-        monkeypatch.delenv(name, raising=False)
+    no_cloud_environment(monkeypatch)
     monkeypatch.setenv("CRHELPER_BOOTGROUP_POLL_INTERVAL", "0.05")
     provider = build_provider()
     yield Stack(provider, response_server)
@@ -98,7 +97,7 @@ def test_cloudstack_from_the_template_refuses_guest_agent_on_a_non_kvm_member(st
         assert cloud.secret not in refused["Reason"] and group_store().find_group("cs") is None
         body = stack.send("Create", {**props, "Members": [guest_agent_member(kvm.id)]})
         assert body["Status"] == "SUCCESS", body.get("Reason")
-        assert [r.parameters["id"] for r in cloud.calls("listVirtualMachines")][:2] == [xen.id, kvm.id]
+        assert [r.parameters["id"] for r in cloud.calls("listVirtualMachines") if "id" in r.parameters][:2] == [xen.id, kvm.id]
         # the connection belongs to its own backend, and its values are checked where they are written
         wrong = stack.send("Create", {**props, "Name": "other", "Backend": "local",
                                       "CloudStack": {**connection, "Method": "put", "Timeout": 0}})

@@ -116,3 +116,23 @@ def test_vms_get_their_own_loopback_address_group_and_hypervisor() -> None:
     with pytest.raises(ApiError) as info:
         state.vm("missing", "startVirtualMachine")
     assert info.value.errorcode == 431 and "value=missing" in info.value.errortext
+
+
+def test_vms_list_their_template_type_vm_type_and_autoscale_group_as_cloudstack_names_them() -> None:
+    state, _ = engine()
+    plain = state.describe(state.add_vm("plain"))
+    assert plain["templatetype"] == "USER" and plain["templateid"] and plain["templatename"]
+    assert not {"vnfnics", "vmtype", "autoscalevmgroupid", "autoscalevmgroupname"} & set(plain)
+    vnf = state.describe(state.add_vm("router", template_type="VNF"))
+    assert vnf["templatetype"] == "VNF" and vnf["vnfnics"][0]["management"] is True
+    assert {"deviceid", "name", "required"} <= set(vnf["vnfnics"][0])
+    assert state.describe(state.add_vm("node", vm_type="cksnode"))["vmtype"] == "cksnode"
+    first = state.describe(state.add_vm("web-1", autoscale_group="web-asg"))
+    second = state.describe(state.add_vm("web-2", autoscale_group="web-asg"))
+    assert first["autoscalevmgroupname"] == "web-asg"
+    assert first["autoscalevmgroupid"] == second["autoscalevmgroupid"] != state.describe(
+        state.add_vm("db-1", autoscale_group="db-asg"))["autoscalevmgroupid"]
+    with pytest.raises(ValueError, match="template_type"):
+        state.add_vm("bad", template_type="vnf")
+    with pytest.raises(ValueError, match="vm_type"):
+        state.add_vm("bad", vm_type="CKSNode")

@@ -1,4 +1,5 @@
-"""Fixtures for the local ECS endpoint: a started LocalECS with transitions in tens of milliseconds.
+"""Fixtures for the local ECS endpoint: a started LocalECS with transitions in tens of milliseconds
+(`ecs_support.local_ecs`).
 
 This folder and tests/cloud go on sys.path so `ecs_support` and `cloud_support` import."""
 
@@ -15,10 +16,8 @@ for folder in (HERE, HERE.parent / "cloud"):  # ecs_support; cloud_support (the 
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
-from crhelper.local.ecs_server import EcsTimings, LocalECS  # noqa: E402
-
-#: Fast enough for tests, slow enough that a poll sees each transitory status.
-FAST = EcsTimings(pending=0.05, starting=0.05, stopping=0.05, forced_stopping=0.02)
+from crhelper.local.ecs_server import LocalECS  # noqa: E402
+from ecs_support import local_ecs  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -28,6 +27,5 @@ def _no_metadata_service(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture()
-def ecs() -> Iterator[LocalECS]:
-    with LocalECS(timings=FAST, kill_grace=0.3) as server:
-        yield server
+def ecs(monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalECS]:
+    yield from local_ecs(monkeypatch)

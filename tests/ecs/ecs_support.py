@@ -1,6 +1,7 @@
-"""Support for the local ECS tests: requests signed by hand (ACS3 and RPC, for the quick tests that
-need no SDK) sent over a real socket, and a zombie-aware liveness check; `sdk` (the optional-SDK
-rule) is the cloud tests'."""
+"""Support for the local ECS tests: a fast LocalECS for fixtures (`local_ecs`; tests of other
+folders put this folder and tests/cloud on sys.path to use it), requests signed by hand (ACS3 and
+RPC, for the quick tests that need no SDK) sent over a real socket, and a zombie-aware liveness
+check; `sdk` (the optional-SDK rule) is the cloud tests'."""
 
 from __future__ import annotations
 
@@ -10,18 +11,33 @@ import json
 import os
 import secrets
 import time
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 from urllib.parse import urlencode
 
+import pytest
 from cloud_support import sdk
 
 from crhelper.cloud.signing import acs3, rpc
 from crhelper.cloud.signing.core import WireRequest
+from crhelper.local.ecs_server import EcsTimings, LocalECS
 
-__all__ = ["REGION", "acs3_request", "pid_alive", "rpc_request", "sdk", "send"]
+__all__ = ["FAST", "REGION", "acs3_request", "local_ecs", "pid_alive", "rpc_request", "sdk", "send"]
 
 REGION = "cn-hangzhou"
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+#: Fast enough for tests, slow enough that a poll sees each transitory status.
+FAST = EcsTimings(pending=0.05, starting=0.05, stopping=0.05, forced_stopping=0.02)
+
+
+def local_ecs(monkeypatch: pytest.MonkeyPatch, *, with_sdk: bool = False) -> Iterator[LocalECS]:
+    """A started fast LocalECS for a fixture to yield from; the credentials chain never reaches for
+    100.100.100.200 (cloud-apis.md §1.2). `with_sdk`: the test drives the official SDK (skipped
+    without it, except on CI)."""
+    monkeypatch.setenv("ALIBABA_CLOUD_ECS_METADATA_DISABLED", "true")
+    if with_sdk:
+        sdk("alibabacloud_ecs20140526.client")
+    with LocalECS(timings=FAST, kill_grace=0.3) as server:
+        yield server
 
 
 def _now() -> str:

@@ -150,3 +150,35 @@ def test_requests_are_recorded_without_the_password(ecs: LocalECS) -> None:
     record = ecs.requests[-1]
     assert (record.action, record.status, record.code) == ("RunInstances", 400, "DryRunOperation")
     assert record.parameters["Password"] == "******" and "Secret-1234" not in repr(ecs.requests)
+
+
+def test_describe_instance_status_filters_by_id_pages_and_lists_an_unknown_id_nowhere(ecs: LocalECS) -> None:
+    """As ECS: InstanceId.N (1 to 100) filters, PageSize (1 to 50, default 10) pages what matched,
+    and an id that does not exist is simply not listed (no error)."""
+    ids = [ecs.add_instance(f"n{k}") for k in range(12)]
+    ecs.add_instance("not-asked-for")
+    asked = {f"InstanceId.{n}": vm for n, vm in enumerate(["i-unknown", *ids], start=1)}
+    pages = [_call(ecs, "DescribeInstanceStatus", PageNumber=str(n), **asked)[2] for n in (1, 2, 3)]
+    rows = [[row["InstanceId"] for row in page["InstanceStatuses"]["InstanceStatus"]] for page in pages]  # type: ignore[index]
+    assert [len(r) for r in rows] == [10, 2, 0] and sum(rows, []) == ids
+    assert {(p["TotalCount"], p["PageSize"]) for p in pages} == {(12, 10)}
+    status, _, body = _call(ecs, "DescribeInstanceStatus", PageSize="50", **asked)
+    assert status == 200 and len(body["InstanceStatuses"]["InstanceStatus"]) == 12  # type: ignore[index]
+    too_many = {f"InstanceId.{n}": f"i-{n}" for n in range(1, 102)}
+    status, _, body = _call(ecs, "DescribeInstanceStatus", **too_many)
+    assert (status, body["Code"]) == (400, "InvalidParameter") and "between 1 and 100, got 101" in str(body["Message"])
+
+
+def test_system_tags_are_set_by_services_only(ecs: LocalECS) -> None:
+    """RunInstances refuses tag keys starting with acs: or aliyun (Alibaba's services set those:
+    Auto Scaling's acs:autoscaling:scalingGroupId); the harness tags like a service does."""
+    for key in ("acs:autoscaling:scalingGroupId", "aliyun-x", "see http://x"):
+        status, _, body = _call(ecs, "RunInstances", **{"Tag.1.Key": key, "Tag.1.Value": "v"})
+        assert (status, body["Code"]) == (400, "InvalidTagKey.Malformed"), key
+    assert ecs.fleet.instances() == []
+    vm = ecs.add_instance("scaled", tags={"tier": "web"})
+    ecs.tag_instance(vm, {"acs:autoscaling:scalingGroupId": "asg-1", "tier": "app"})
+    status, _, body = _call(ecs, "DescribeInstances", **{"Tag.1.Key": "acs:autoscaling:scalingGroupId"})
+    (listed,) = body["Instances"]["Instance"]  # type: ignore[index]
+    assert listed["Tags"]["Tag"] == [{"TagKey": "tier", "TagValue": "app"},
+                                     {"TagKey": "acs:autoscaling:scalingGroupId", "TagValue": "asg-1"}]
