@@ -42,3 +42,8 @@ MAX_ROS_TIMEOUT = 43_200.0
 #: The framework's INFO log message for each step of a long operation that returned InProgress (one
 #: per poll): `crhelper invoke`, the contract and the emulator's heartbeat count polls by it.
 IN_PROGRESS_LOG_MESSAGE = "operation in progress"
+
+#: The folder of the template a local stack operation runs (`crhelper stack` sets it for the providers
+#: it runs, in process and in emulated FC functions): a provider resolves a template's relative paths
+#: against it (an AppCluster's `Package`). ROS itself has no such folder.
+TEMPLATE_DIR_ENV = "CRHELPER_TEMPLATE_DIR"

@@ -39,12 +39,14 @@ BUILTIN_COMMANDS: dict[str, str] = {
     "supervisor": "crhelper.local.supervisor_cli:register",
     "router": "handlers.routes.cli:register",
     "bootgroups": "handlers.bootgroups.cli:register",
+    "appcenter": "handlers.appcenter.cli:register",
 }
 
 #: The providers this distribution declares (pyproject.toml [project.entry-points."crhelper.providers"]).
 BUILTIN_PROVIDERS: dict[str, str] = {
     "routes": "handlers.routes.manifest:manifest",
     "bootgroups": "handlers.bootgroups.manifest:manifest",
+    "appcenter": "handlers.appcenter.manifest:manifest",
 }
 
 

@@ -44,6 +44,7 @@ from ..emulator import (
     parse_key_values,
 )
 from ..config import HEARTBEAT_SETTING, ConfigError, heartbeat_interval
+from ..constants import TEMPLATE_DIR_ENV
 from ..emulator.delivery import StackDelivery
 from ..emulator.delivery_bindings import (
     BindingError,
@@ -382,6 +383,10 @@ def _deploy(args: argparse.Namespace, emulator: StackEmulator, prepared: Prepare
     """Bind, deliver and report one prepared operation: the part create, update and delete share."""
     home = emulator.store.home
     bindings = _bindings(args, home, template)
+    if template is not None:  # providers resolve the template's relative paths against its folder
+        folder = str(template.resolve().parent)
+        os.environ[TEMPLATE_DIR_ENV] = folder
+        bindings = dataclasses.replace(bindings, environment={TEMPLATE_DIR_ENV: folder, **bindings.environment})
     if prepared.operation != "delete":  # a delete calls the tokens its resources were created with
         _check_bound(prepared, bindings)
         remember_bindings(home, prepared.name, bindings)
@@ -405,7 +410,8 @@ def _from_template(operation: Operation, args: argparse.Namespace) -> int:
     parameters = _parameters(args)
     with _emulator(args) as emulator:
         prepared = emulator.prepare(operation, args.stack, text, parameters,
-                                    use_previous_parameters=getattr(args, "use_previous_parameters", False))
+                                    use_previous_parameters=getattr(args, "use_previous_parameters", False),
+                                    parallelism=getattr(args, "parallelism", None))
         return _deploy(args, emulator, prepared, args.template)
 
 

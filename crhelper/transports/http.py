@@ -15,8 +15,13 @@ Modes — how an endpoint knows whether ROS waits for the reply:
 * sync (``web[sync]:``): the HTTP 200 body *is* the response object; a handler still running after
   `sync_within` (8.5 s by default, ROS allows 10 s) is answered FAILED. A ResponseURL is optional.
 
-Status codes: 5xx only where a retry can help (worker pool full or server stopping → 500, the status ROS
-documents retries after; configurable; a SignKey without `public_url` → 500 EndpointMisconfigured); everything
+Queueing: accepted async requests wait in a FIFO for a worker, bounded by memory (`backlog` requests,
+`queue_bytes` of bodies) and by time: a request that waited longer than `start_within` seconds for a
+worker is answered FAILED at its ResponseURL, exactly once, instead of being run after ROS stopped
+waiting; only the memory bound refuses (a plain `web:` Create is never retried by ROS, so keep it large).
+
+Status codes: 5xx only where a retry can help (queue full or server stopping → 500,
+the status ROS documents retries after; configurable; a SignKey without `public_url` → 500 EndpointMisconfigured); everything
 else is 4xx — 400 body not JSON/form, nested deeper than `MAX_JSON_DEPTH`, or not a ROS request, 401 auth or
 signature, 403 MNS push not verified, 405 not POST, 409 replayed signed request or MNS push, 413 body over
 `max_body`, 415 content type — or, in sync mode, 200 with a FAILED body. Absurd input is never a 5xx, which
@@ -48,10 +53,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import collections
 import functools
 import hmac
 import json
-import queue
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -349,20 +354,37 @@ class _Job:
     event: dict[str, Any]
     run: Callable[[], None]
     started: bool = False
+    size: int = 0
+    queued_at: float = 0.0
+    #: Answers the request FAILED instead of running it (it waited past its time budget); None: run it.
+    expire: Callable[[str], None] | None = None
 
 
 class _WorkerPool:
-    """At most `workers` handlers at once and `backlog` more waiting; beyond that submit says no.
+    """`workers` handler threads and a FIFO of accepted requests waiting for one.
+
+    The queue is bounded by memory (`backlog` requests and `queue_bytes` of request bodies; beyond,
+    submit says no and the caller answers the overload status) and by time: a request that waited
+    more than `start_within` seconds for a worker is expired (answered FAILED by its job) instead of
+    run, so that what is accepted is answered while ROS still waits for it. Nothing is refused on a
+    guess of how long the queue will take (a burst drains faster than the rate during the burst).
 
     Daemon threads (not a ThreadPoolExecutor, whose threads the interpreter joins at exit): a handler
     that never returns must not keep a stopping server alive. Whatever a job raises, even a
     BaseException, the thread lives on, so the pool keeps its size."""
 
-    def __init__(self, workers: int, backlog: int) -> None:
-        self._slots = threading.BoundedSemaphore(workers + backlog)
-        self._jobs: "queue.Queue[_Job | None]" = queue.Queue()
+    def __init__(self, workers: int, backlog: int, queue_bytes: int = 64 * 1024 * 1024,
+                 start_within: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self._workers = workers
+        self._backlog = backlog
+        self._queue_bytes = queue_bytes
+        self._start_within = start_within
+        self._clock = clock
+        self._waiting: "collections.deque[_Job]" = collections.deque()
+        self._waiting_bytes = 0
+        self._running = 0
         self._lock = threading.Condition()
-        self._pending: list[_Job] = []  # accepted and not finished: waiting or running
+        self._pending: set[_Job] = set()  # accepted and not finished: waiting or running
         self._closed = False
         self._threads = [
             threading.Thread(target=self._work, name=f"crhelper-http-{index}", daemon=True) for index in range(workers)
@@ -370,33 +392,53 @@ class _WorkerPool:
         for thread in self._threads:
             thread.start()
 
-    def submit(self, job: Callable[[], None], event: dict[str, Any]) -> bool:
+    def submit(self, job: Callable[[], None], event: dict[str, Any], *, size: int = 0,
+               expire: Callable[[str], None] | None = None) -> bool:
+        """Queue a job; False when stopping or beyond the memory bound. `expire(reason)` answers it
+        instead of `job` if it waits longer than `start_within`."""
         with self._lock:
-            if self._closed or not self._slots.acquire(blocking=False):
+            if self._closed or len(self._pending) >= self._workers + self._backlog \
+                    or (self._waiting and self._waiting_bytes + size > self._queue_bytes):
                 return False
-            entry = _Job(event, job)
-            self._pending.append(entry)
-        self._jobs.put(entry)
+            entry = _Job(event, job, size=size, queued_at=self._clock(), expire=expire)
+            self._pending.add(entry)
+            self._waiting.append(entry)
+            self._waiting_bytes += size
+            self._lock.notify()
         return True
+
+    def _next(self) -> _Job | None:
+        with self._lock:
+            while not self._waiting:
+                if self._closed:
+                    return None
+                self._lock.wait()
+            entry = self._waiting.popleft()
+            self._waiting_bytes -= entry.size
+            entry.started = True
+            self._running += 1
+            return entry
 
     def _work(self) -> None:
         while True:
-            entry = self._jobs.get()
+            entry = self._next()
             if entry is None:
                 return
-            with self._lock:
-                if entry not in self._pending:  # abandoned at shutdown before it started
-                    continue
-                entry.started = True
+            began = self._clock()
+            waited = began - entry.queued_at
             try:
-                entry.run()
+                if self._start_within is not None and waited > self._start_within and entry.expire is not None:
+                    entry.expire(f"the endpoint was overloaded: the request waited {waited:.1f} s for a worker, "
+                                 f"more than its {self._start_within:g} s budget, and was not started; "
+                                 "retry the stack operation")
+                else:
+                    entry.run()
             except BaseException:  # noqa: BLE001 - the job answers its own failures; the thread must live on
                 _log.exception("async job raised")
             finally:
                 with self._lock:
-                    if entry in self._pending:
-                        self._pending.remove(entry)
-                        self._slots.release()
+                    self._running -= 1
+                    self._pending.discard(entry)
                     self._lock.notify_all()
 
     def busy(self) -> int:
@@ -407,18 +449,21 @@ class _WorkerPool:
         """Accept no new jobs (submit says no); accepted ones go on."""
         with self._lock:
             self._closed = True
+            self._lock.notify_all()
 
     def close(self, wait: bool, grace: float | None = None) -> list[_Job]:
         """Refuse new jobs; with `wait`, wait for accepted ones (at most `grace` seconds when given).
         Returns the jobs abandoned: still running or never started when the wait ended."""
         with self._lock:
             self._closed = True
+            self._lock.notify_all()
             if wait:
                 self._lock.wait_for(lambda: not self._pending, timeout=grace)
             abandoned = list(self._pending)
             self._pending.clear()
-        for _ in self._threads:
-            self._jobs.put(None)
+            self._waiting.clear()
+            self._waiting_bytes = 0
+            self._lock.notify_all()
         return abandoned
 
 
@@ -445,7 +490,8 @@ class HttpApp:
         # waiting in the pool when the server is killed is run by recovery after a restart.
         self._accept = provider.accept if handle is None else None
         self._respond: Respond = respond or (lambda event, within: provider.respond(event, within=within))
-        self._pool = None if config.inline else _WorkerPool(config.workers, config.backlog)
+        self._pool = None if config.inline else _WorkerPool(config.workers, config.backlog, config.queue_bytes,
+                                                            config.start_within)
         self._replays = (
             ReplayCache(2 * config.max_skew, config.replay_cache_size)
             if config.sign_key is not None and config.reject_replays
@@ -516,7 +562,7 @@ class HttpApp:
             try:
                 if sync:
                     return self._answer_sync(event, received)
-                return self._accept_async(event)
+                return self._accept_async(event, len(raw))
             except BaseException:
                 if replay_key is not None and self._replays is not None:
                     self._replays.release(replay_key)
@@ -565,20 +611,31 @@ class HttpApp:
         _log.info("sync request answered", extra={"fields": {"Status": body.get("Status")}})
         return Reply(200, encode(body))
 
-    def _accept_async(self, event: dict[str, Any]) -> Reply:
+    def _accept_async(self, event: dict[str, Any], size: int = 0) -> Reply:
+        """Acknowledge and queue (a plain `web:` Create is never retried by ROS: a 5xx would lose it). A
+        request that then waits past `start_within` for a worker is answered FAILED at its ResponseURL,
+        once, instead of run; only the memory bound (`backlog`, `queue_bytes`) refuses, with the
+        overload status."""
         ack = {"Accepted": True, "RequestId": event["RequestId"], "LogicalResourceId": event["LogicalResourceId"]}
         if self._pool is None:
             self._run(event)
             return _json_reply(self.config.ack_status, ack)
         accepted = self._accept(event) if callable(self._accept) else None
-        if not self._pool.submit(functools.partial(self._run, event, accepted), event):
+        if not self._pool.submit(functools.partial(self._run, event, accepted), event, size=size,
+                                 expire=functools.partial(self._expire, event)):
             if accepted is not None:
                 self._provider.discard(accepted)
-            raise HttpRefusal(
-                self.config.overload_status, "Overloaded", "-", "all workers are busy; retry later", [("Retry-After", "5")]
-            )
+            raise HttpRefusal(self.config.overload_status, "Overloaded", "-",
+                              "all workers are busy and the queue is full; retry later", [("Retry-After", "5")])
         _log.info("async request accepted", extra={"fields": {"url": redact_url(response_urls_of(event)[0])}})
         return _json_reply(self.config.ack_status, ack)
+
+    def _expire(self, event: dict[str, Any], reason: str) -> None:
+        """Answer FAILED, once, for a request that waited too long to be answered in time (never started)."""
+        try:
+            abandon(self._provider, event, reason)
+        except Exception:  # noqa: BLE001 - logged; nothing else can answer it
+            _log.exception("could not answer an expired request FAILED", extra={"fields": {"RequestId": event.get("RequestId")}})
 
     def _accept_mns_push(self, environ: Mapping[str, Any], raw: bytes) -> Reply:
         """An MNS topic push: verify MNS's signature, acknowledge within MNS's 5 s, handle each message.

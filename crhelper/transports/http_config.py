@@ -37,9 +37,16 @@ class EndpointConfig:
     sync_suffix: str = "/sync"
     #: Seconds after which a still-running sync handler is answered FAILED (ROS allows 10 s in all).
     sync_within: float = DEFAULT_SYNC_WITHIN
-    #: Background handler threads (async mode) and how many accepted requests may wait for one.
+    #: Background handler threads (async mode) and how many accepted requests may wait for one: a memory
+    #: bound (with `queue_bytes`), beyond which requests get `overload_status` without an answer. A plain
+    #: `web:` Create is never retried by ROS, so this stays large: time, not room, is what refuses.
     workers: int = 8
-    backlog: int = 64
+    backlog: int = 10_000
+    queue_bytes: int = 64 * 1024 * 1024
+    #: Seconds an accepted async request may wait for a worker. One that waited longer is answered FAILED
+    #: at its ResponseURL (once) instead of run after ROS stopped waiting (Timeout, 60 s by default).
+    #: None: no limit.
+    start_within: float | None = 30.0
     #: Async mode: run the handler before acknowledging (hosts that freeze after the reply, e.g. FC).
     inline: bool = False
     #: Status of the async acknowledgement; ROS documents only "2xx".
@@ -79,6 +86,10 @@ class EndpointConfig:
             problems.append("workers: must be at least 1")
         if self.backlog < 0:
             problems.append("backlog: must not be negative")
+        if self.queue_bytes < 0:
+            problems.append("queue_bytes: must not be negative")
+        if self.start_within is not None and self.start_within <= 0:
+            problems.append("start_within: must be positive (or None for no limit)")
         if not 200 <= self.ack_status < 300:
             problems.append("ack_status: must be a 2xx status")
         if not 500 <= self.overload_status < 600:

@@ -31,7 +31,8 @@ REPO = Path(__file__).resolve().parents[2]
 #: The only project modules building the whole parser may import (beyond the `crhelper` package itself).
 PARSER_MODULES = {"crhelper", "crhelper.cli", "crhelper.cli.main", "crhelper.cli.parsers", "crhelper.manifest",
                   "crhelper.paths", "crhelper.local", "crhelper.local.supervisor_cli",
-                  "handlers", "handlers.routes", "handlers.routes.cli", "handlers.bootgroups", "handlers.bootgroups.cli"} | {
+                  "handlers", "handlers.routes", "handlers.routes.cli", "handlers.bootgroups", "handlers.bootgroups.cli",
+                  "handlers.appcenter", "handlers.appcenter.cli"} | {
     f"crhelper.cli.parsers.{name}" for name in ("invoke", "serve", "worker", "stack", "contract", "providers")}
 
 IMPORTS = """
@@ -133,6 +134,8 @@ def test_help_text_quotes_the_defaults_it_does_not_own_truthfully() -> None:
     assert serve_parser.SHOWN_SYNC_WITHIN == http_config.DEFAULT_SYNC_WITHIN
     assert serve_parser.SHOWN_MAX_BODY == http_config.DEFAULT_MAX_BODY
     assert serve_parser.SHOWN_MAX_SKEW == signature.DEFAULT_MAX_SKEW
+    assert (serve_parser.SHOWN_BACKLOG, serve_parser.SHOWN_QUEUE_BYTES, serve_parser.SHOWN_START_WITHIN) == (
+        http_config.EndpointConfig.backlog, http_config.EndpointConfig.queue_bytes, http_config.EndpointConfig.start_within)
     assert (serve_parser.SIGN_KEY_ENV, serve_parser.BEARER_TOKEN_ENV, serve_parser.BASIC_AUTH_ENV) == (
         http_config.ENV_SIGN_KEY, http_config.ENV_BEARER_TOKEN, http_config.ENV_BASIC_AUTH)
     assert contract_parser.SHOWN_CHECKS == CHECKS and contract_parser.SHOWN_BUDGET == DEFAULT_BUDGET
