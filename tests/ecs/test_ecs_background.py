@@ -30,7 +30,12 @@ def start_daemons(ecs: LocalECS, instance_id: str) -> list[int]:
     body = call(ecs, "RunCommand", {"Type": "RunShellScript", "InstanceId.1": instance_id, "CommandContent": DAEMONS})
     assert ecs.wait_commands(5)
     assert ecs.invocation(body["InvokeId"]).targets[instance_id].status == "Success"
-    pids = [pid for pid in instance_processes(instance_id) if pid != ecs.boot_pid(instance_id)]
+    ends = time.monotonic() + 5.0
+    while True:  # a daemon still between fork and exec (`setsid` forks again) is not listed yet
+        pids = [pid for pid in instance_processes(instance_id) if pid != ecs.boot_pid(instance_id)]
+        if len(pids) >= 2 or time.monotonic() > ends:
+            break
+        time.sleep(0.02)
     assert len(pids) == 2 and all(pid_alive(pid) for pid in pids), pids  # the command ended, they did not
     return pids
 
