@@ -258,18 +258,7 @@ class CloudStackBackend:
             described = self._seen.get(vm)
         if described is None:
             described = self._describe(vm)
-        if described is None:
-            return CheckResult(ERROR, f"instance {vm!r} does not exist")
-        if rule_type == GUEST_AGENT:
-            return guest_agent_result(vm, described)
-        address = default_address(described)
-        if address is None:
-            return CheckResult(ERROR, f"instance {vm!r} has no IPv4 address on its default NIC")
-        if rule_type == PORT_CHECK:
-            return tcp_probe(address, int(details[PORT]), timeout)
-        if rule_type == PING:
-            return ping(address, timeout)
-        return CheckResult(ERROR, f"no checker for rule type {rule_type} on the cloudstack backend")
+        return check_described(rule_type, vm, described, details, timeout)
 
     # --- Inventory (backends.py): the Create/Update checks of §5 --------------------------------------
 
@@ -552,6 +541,25 @@ def default_address(described: Mapping[str, Any]) -> str | None:
     nic = next((n for n in nics if n.get("isdefault")), nics[0] if nics else None)
     address = nic.get("ipaddress") if nic else None
     return str(address) if address else None
+
+
+def check_described(rule_type: str, vm: str, described: Mapping[str, Any] | None, details: Mapping[str, str],
+                    timeout: float) -> CheckResult:
+    """One rule on a VM as listVirtualMachines described it (None: it does not exist): PortCheck
+    and Ping from here to its default NIC's address, GuestAgentLiveness from what the API shows.
+    Shared by this backend and the local endpoint's in-process one."""
+    if described is None:
+        return CheckResult(ERROR, f"instance {vm!r} does not exist")
+    if rule_type == GUEST_AGENT:
+        return guest_agent_result(vm, described)
+    address = default_address(described)
+    if address is None:
+        return CheckResult(ERROR, f"instance {vm!r} has no IPv4 address on its default NIC")
+    if rule_type == PORT_CHECK:
+        return tcp_probe(address, int(details[PORT]), timeout)
+    if rule_type == PING:
+        return ping(address, timeout)
+    return CheckResult(ERROR, f"no checker for rule type {rule_type} on a CloudStack VM")
 
 
 def guest_agent_result(vm: str, described: Mapping[str, Any]) -> CheckResult:

@@ -19,10 +19,9 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from crhelper.errors import Failure
 from crhelper.local.cloudstack_state import JOB_FAILED, ApiError, AsyncJob, VirtualMachine
 
-from .backend_cloudstack import STATES, guest_agent_result, ineligibility
+from .backend_cloudstack import STATES, check_described, ineligibility
 from .backends import FAILED, MISSING, RUNNING, STARTING, STOPPED, CheckResult, VmState
-from .model import ERROR, GUEST_AGENT, PING, PORT, PORT_CHECK, GroupRef
-from .probes import ping, tcp_probe
+from .model import GroupRef
 
 if TYPE_CHECKING:
     from crhelper.local.cloudstack_server import LocalCloudStack
@@ -91,18 +90,7 @@ class EndpointBackend:
         return [str(vm["id"]) for vm in self.cloud.state.list_vms(lambda candidate: candidate.group_id == group.id)]
 
     def check(self, rule_type: str, vm: str, details: Mapping[str, str], timeout: float) -> CheckResult:
-        described = self._described(vm)
-        if described is None:
-            return CheckResult(ERROR, f"instance {vm!r} does not exist")
-        if rule_type == GUEST_AGENT:
-            return guest_agent_result(vm, described)
-        found = self._vm(vm)
-        address = found.ip if found is not None else ""
-        if rule_type == PORT_CHECK:
-            return tcp_probe(address, int(details[PORT]), timeout)
-        if rule_type == PING:
-            return ping(address, timeout)
-        return CheckResult(ERROR, f"no checker for rule type {rule_type} on a CloudStack VM")
+        return check_described(rule_type, vm, self._described(vm), details, timeout)
 
     # --- Inventory --------------------------------------------------------------------------------
 

@@ -3,11 +3,10 @@ PutObject emulated): the same calls, a record round trip, and no resurrection af
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
 
@@ -16,29 +15,13 @@ from handlers.appcenter.store_for import open_cluster_store
 
 _STORE_TESTS = Path(__file__).resolve().parents[1] / "store"
 sys.path.insert(0, str(_STORE_TESTS))
-from store_support import CREDS, OSS_BUCKET, PLAIN_BUCKET, s3_url  # noqa: E402
+from store_support import CREDS, s3_url, store_suite_conftest  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def moto() -> Iterator[Any]:
-    import boto3
-    from botocore.config import Config
-
-    spec = importlib.util.spec_from_file_location("store_suite_conftest", _STORE_TESTS / "conftest.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    server = module.GatedMotoServer()
-    server.start()
-    host, port = server.get_host_and_port()
-    raw = boto3.client("s3", endpoint_url=f"http://{host}:{port}", region_name="us-east-1", aws_access_key_id="x",
-                       aws_secret_access_key="y", config=Config(s3={"addressing_style": "path"}))
-    for bucket in (PLAIN_BUCKET, OSS_BUCKET):
-        raw.create_bucket(Bucket=bucket)
-    yield f"http://{host}:{port}"
-    raw.close()
-    server.stop()
+def moto() -> Iterator[str]:
+    with store_suite_conftest().serving_buckets() as server:
+        yield server.endpoint
 
 
 @pytest.fixture(params=["sqlite", pytest.param("oss", marks=pytest.mark.slow), pytest.param("s3", marks=pytest.mark.slow)])

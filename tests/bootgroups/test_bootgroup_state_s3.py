@@ -7,7 +7,6 @@ request recorded, so what goes on the wire is asserted at the server."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import threading
@@ -15,9 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import boto3
 import pytest
-from botocore.config import Config
 
 from crhelper.store.base import StoreError
 
@@ -30,16 +27,7 @@ from handlers.bootgroups.state_s3 import S3GroupStore, open_s3_group_store
 
 _STORE_TESTS = Path(__file__).resolve().parents[1] / "store"
 sys.path.insert(0, str(_STORE_TESTS))
-from store_support import CREDS, OSS_BUCKET, PLAIN_BUCKET, FakeClock, s3_url  # noqa: E402
-
-
-def _store_suite_conftest() -> Any:
-    spec = importlib.util.spec_from_file_location("store_suite_conftest", _STORE_TESTS / "conftest.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+from store_support import CREDS, OSS_BUCKET, PLAIN_BUCKET, FakeClock, s3_url, store_suite_conftest  # noqa: E402
 
 
 slow = pytest.mark.slow
@@ -51,18 +39,8 @@ HEAVY = ["sqlite", pytest.param("oss", marks=slow), pytest.param("s3", marks=slo
 
 @pytest.fixture(scope="module")
 def moto() -> Iterator[Any]:
-    server = _store_suite_conftest().GatedMotoServer()
-    server.start()
-    host, port = server.get_host_and_port()
-    raw = boto3.client("s3", endpoint_url=f"http://{host}:{port}", region_name="us-east-1", aws_access_key_id="x",
-                       aws_secret_access_key="y", config=Config(s3={"addressing_style": "path"}))
-    for bucket in (PLAIN_BUCKET, OSS_BUCKET):
-        raw.create_bucket(Bucket=bucket)
-    server.raw = raw
-    server.endpoint = f"http://{host}:{port}"
-    yield server
-    raw.close()
-    server.stop()
+    with store_suite_conftest().serving_buckets() as server:
+        yield server
 
 
 def _env() -> dict[str, str]:

@@ -13,6 +13,7 @@ The moto server is wrapped in `WireGate`, a WSGI middleware that
 from __future__ import annotations
 
 import io
+from contextlib import contextmanager
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -113,6 +114,8 @@ class GatedMotoServer(ThreadedMotoServer):
     def __init__(self) -> None:
         super().__init__(ip_address="127.0.0.1", port=0, verbose=False)
         self.gate = WireGate(DomainDispatcherApplication(create_backend_app))
+        self.endpoint = ""
+        self.raw: Any = None
 
     def _server_entry(self) -> None:
         self._server = make_server(self._ip_address, self._port, self.gate, True)
@@ -120,24 +123,29 @@ class GatedMotoServer(ThreadedMotoServer):
         self._server.serve_forever()
 
 
-@pytest.fixture(scope="session")
-def moto_server() -> Iterator[GatedMotoServer]:
+@contextmanager
+def serving_buckets() -> Iterator[GatedMotoServer]:
+    """A gated moto server on loopback holding the plain and the OSS-emulating bucket; `raw` is a
+    boto3 client on it and `endpoint` its URL (the store suite's, and the providers' own stores')."""
     server = GatedMotoServer()
     server.start()
     host, port = server.get_host_and_port()
-    client = boto3.client(
-        "s3",
-        endpoint_url=f"http://{host}:{port}",
-        region_name="us-east-1",
-        aws_access_key_id="x",
-        aws_secret_access_key="y",
-        config=Config(s3={"addressing_style": "path"}),
-    )
+    server.endpoint = f"http://{host}:{port}"
+    server.raw = boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1", aws_access_key_id="x",
+                              aws_secret_access_key="y", config=Config(s3={"addressing_style": "path"}))
     for bucket in (PLAIN_BUCKET, OSS_BUCKET):
-        client.create_bucket(Bucket=bucket)
-    client.close()
-    yield server
-    server.stop()
+        server.raw.create_bucket(Bucket=bucket)
+    try:
+        yield server
+    finally:
+        server.raw.close()
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[GatedMotoServer]:
+    with serving_buckets() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
+import sys
 import uuid
+from pathlib import Path
+from typing import Any
 
 PLAIN_BUCKET = "crhelper-s3"
 OSS_BUCKET = "oss-crhelper"
@@ -39,3 +43,16 @@ def s3_url(endpoint: str, backend: str, prefix: str | None = None) -> str:
         f"s3://{bucket}/{prefix}?endpoint={endpoint}&region=us-east-1"
         f"&addressing=path&dialect={dialect}"
     )
+
+
+def store_suite_conftest() -> Any:
+    """The store suite's conftest as a module, for test folders outside tests/store that need its
+    moto server (`serving_buckets`) without being a conftest of theirs."""
+    name = "store_suite_conftest"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("conftest.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # its dataclasses look their module up
+        spec.loader.exec_module(module)
+    return sys.modules[name]
