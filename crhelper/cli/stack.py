@@ -368,6 +368,22 @@ def _guarded(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Nam
 
 
 @contextmanager
+def _template_dir(folder: str | None) -> Iterator[None]:
+    """The template's folder for the providers run in this process, for this operation only (the
+    emulated FC functions get it through the bindings' environment)."""
+    before = os.environ.get(TEMPLATE_DIR_ENV)
+    if folder is not None:
+        os.environ[TEMPLATE_DIR_ENV] = folder
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(TEMPLATE_DIR_ENV, None)
+        else:
+            os.environ[TEMPLATE_DIR_ENV] = before
+
+
+@contextmanager
 def _terminations_interrupt() -> Iterator[None]:
     """SIGTERM / SIGHUP end a running operation the way Ctrl-C does: the stack is marked FAILED
     (instead of staying *_IN_PROGRESS, which no command accepts) and the local endpoints stop."""
@@ -383,9 +399,8 @@ def _deploy(args: argparse.Namespace, emulator: StackEmulator, prepared: Prepare
     """Bind, deliver and report one prepared operation: the part create, update and delete share."""
     home = emulator.store.home
     bindings = _bindings(args, home, template)
-    if template is not None:  # providers resolve the template's relative paths against its folder
-        folder = str(template.resolve().parent)
-        os.environ[TEMPLATE_DIR_ENV] = folder
+    folder = str(template.resolve().parent) if template is not None else None
+    if folder is not None:  # providers resolve the template's relative paths against its folder
         bindings = dataclasses.replace(bindings, environment={TEMPLATE_DIR_ENV: folder, **bindings.environment})
     if prepared.operation != "delete":  # a delete calls the tokens its resources were created with
         _check_bound(prepared, bindings)
@@ -396,7 +411,8 @@ def _deploy(args: argparse.Namespace, emulator: StackEmulator, prepared: Prepare
     lock = threading.RLock()
     logs = ProviderLogs(prepared.name, home, out=sys.stdout, err=sys.stderr, json_mode=args.json, level=terminal, lock=lock)
     printer = Printer(args.json, sys.stdout, lock=lock, heartbeat=heartbeat, polls=logs.polls)
-    with _terminations_interrupt(), _provider_log_level(provider_level(terminal)), logs, printer, logs.capture(), \
+    with _terminations_interrupt(), _provider_log_level(provider_level(terminal)), _template_dir(folder), logs, \
+            printer, logs.capture(), \
             StackDelivery(bindings, region=emulator.region, account_id=emulator.account_id,
                           http_configs=prepared.http_configs, logs=logs) as deliver:
         description = emulator.run(prepared, deliver, disable_rollback=getattr(args, "disable_rollback", False),
