@@ -198,8 +198,12 @@ class FunctionComputeReentry:
 
     def _invoke(self, continuation_id: str, seconds: int) -> None:
         seconds = max(0, min(MAX_FC_DELAY, seconds))
+        self._send(continuation_payload(continuation_id), seconds)
+        _log.info("re-invocation scheduled", extra={"fields": {"delay": seconds, "via": self.name}})
+
+    def _send(self, payload: bytes, seconds: int) -> None:
+        """The one SDK call (an FC 3.0 variant overrides this and `_client`)."""
         self._client().invoke_function(
-            self.service_name, self.function_name, payload=continuation_payload(continuation_id),
+            self.service_name, self.function_name, payload=payload,
             headers={"x-fc-invocation-type": "Async", "x-fc-async-delay": str(seconds)}, qualifier=self.qualifier,
         )
-        _log.info("re-invocation scheduled", extra={"fields": {"delay": seconds, "via": "fc"}})

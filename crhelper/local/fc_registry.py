@@ -36,6 +36,11 @@ class FunctionSpec:
     memory: int = 128
     env: Mapping[str, str] = field(default_factory=dict)
     initializer: str | None = None
+    #: The function's own unpacked, read-only code directory (a deployed zip); None: the endpoint's
+    #: code paths (a provider registered in process or on the command line).
+    code_dir: str | None = None
+    #: FC's runtime name (e.g. "python3.10"); None: the host's interpreter.
+    runtime: str | None = None
 
     def __post_init__(self) -> None:
         for label, name in (("service", self.service), ("function", self.function)):
