@@ -1,7 +1,7 @@
 """Throughput of the MNS queue worker against a bare `aliyun-mns-sdk` consumer, over loopback against LocalMNS.
 
     python bench/worker_bench.py [--requests 400] [--concurrency 32] [--handler-ms 50] [--pairs 3]
-                                 [--store sqlite|none]
+                                 [--store sqlite|memory|none]
 
 Each round enqueues `--requests` Create requests (raw JSON bodies) on a fresh LocalMNS queue and
 drains it with one contender, timed from start until every request got its response on the
@@ -151,7 +151,7 @@ def one_round(kind: str, args: argparse.Namespace, mns: LocalMNS, responses: Res
     observer.poll()
     worker: QueueWorker | None = None
     provider: Provider | None = None
-    started = time.time()
+    started, cpu_started = time.time(), time.process_time()
     halt: Callable[[], None]
     if kind == "bare":
         halt = bare_consumer(mns, name, args.concurrency, args.handler_ms / 1000.0)
@@ -172,6 +172,7 @@ def one_round(kind: str, args: argparse.Namespace, mns: LocalMNS, responses: Res
             break
         time.sleep(0.005)
     finished = max((observer.first_at.get(i, time.time()) for i in ids), default=time.time())
+    cpu = time.process_time() - cpu_started  # the whole process: consumer, LocalMNS, ResponseURL server
     time.sleep(0.3)  # a late duplicate would arrive now
     halt()
     observer.poll()
@@ -196,6 +197,7 @@ def one_round(kind: str, args: argparse.Namespace, mns: LocalMNS, responses: Res
         "p95": percentile(latencies, 0.95) if latencies else float("nan"),
         "stats": worker.stats() if worker is not None else None,
         "problems": problems,
+        "cpu_ms": cpu * 1000 / max(1, len(answered)),
     }
 
 
@@ -206,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
     rounds: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp, LocalMNS() as mns, ResponseServer() as responses:
         os.environ["CRHELPER_HOME"] = tmp
-        os.environ["CRHELPER_STORE"] = "none" if args.store == "none" else f"sqlite:///{tmp}/state.sqlite"
+        os.environ["CRHELPER_STORE"] = {"none": "none", "memory": "memory://"}.get(args.store, f"sqlite:///{tmp}/state.sqlite")
         os.environ.setdefault("CRHELPER_LOG_LEVEL", "WARNING")
         print(f"requests={args.requests} concurrency={args.concurrency} handler={args.handler_ms:g} ms "
               f"store={args.store} pairs={args.pairs} cpus={os.cpu_count()}")
@@ -215,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
                 result = one_round(kind, args, mns, responses, pair)
                 rounds.append(result)
                 line = (f"pair {pair} {kind:4s}: {result['per_second']:6.1f} messages/s, enqueue->response "
-                        f"p50 {result['p50']:.3f} s p95 {result['p95']:.3f} s")
+                        f"p50 {result['p50']:.3f} s p95 {result['p95']:.3f} s, process CPU {result['cpu_ms']:.2f} ms/message")
                 if result["stats"] is not None:
                     line += f"; worker {json.dumps(result['stats'])}"
                 print(line, flush=True)
@@ -229,6 +231,10 @@ def run(args: argparse.Namespace) -> int:
                       note=f"min {min(ratios):.2f} max {max(ratios):.2f}; ideal {args.concurrency * 1000 / args.handler_ms:.0f}/s"
                       if args.handler_ms else "")
     print(f"bare median {statistics.median([b for b, _ in pairs]):.1f}/s, ours median {statistics.median([o for _, o in pairs]):.1f}/s")
+    cpu_bare = statistics.median(r["cpu_ms"] for r in rounds[::2])
+    cpu_ours = statistics.median(r["cpu_ms"] for r in rounds[1::2])
+    print(f"process CPU per message (medians; the steadier reading when other work shares the cores): "
+          f"bare {cpu_bare:.2f} ms, ours {cpu_ours:.2f} ms, bare/ours {cpu_bare / max(cpu_ours, 1e-9):.2f}")
     print(verdict.line())
     if violations:
         print(f"FAIL: {len(violations)} protocol violations, first: {violations[0]}")
@@ -242,7 +248,8 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--handler-ms", type=float, default=50.0)
     parser.add_argument("--pairs", type=int, default=3)
-    parser.add_argument("--store", choices=("sqlite", "none"), default="sqlite")
+    parser.add_argument("--store", choices=("sqlite", "memory", "none"), default="sqlite",
+                        help="the worker's idempotency store (memory://: one process's own, to split the store's cost)")
     return run(parser.parse_args())
 
 

@@ -3,8 +3,10 @@ and a handler that returns InProgress is continued later from a stored continuat
 
 The rules, all enforced here on top of the store's atomic primitives:
 
-* A delivery first stores its request as a continuation (attempt 0), then claims the request. The
+* A delivery claims the request and stores it as a continuation (attempt 0) in one store write
+  (`claim_with_continuation`); the continuation is kept only when the claim owns the request. The
   continuation's id is the claim's owner, so whoever resumes it owns the record and can complete it.
+  A plain request costs three writes: that claim, `complete`, and `mark_delivered_and_delete`.
 * A step holds its continuation: `holder` names the process and `next_run_at` is the end of a short
   lease that the process renews while the handler runs and while its answer is sent. A holder that
   dies stops renewing; one on this machine whose process is gone is known dead at once.
@@ -13,6 +15,8 @@ The rules, all enforced here on top of the store's atomic primitives:
   the operation, or, where none can be scheduled, `retry_after` for the transport. It never vanishes.
 * Recovery (scheduler, FC time trigger, worker) resumes every due continuation: abandoned first
   steps as well as long operations between polls.
+* A re-entry names the step it was scheduled for (`reentry.ContinuationRef`); a duplicated one for a
+  step that already ran is dropped unless the operation is overdue (then it is as good as recovery).
 * The answer is recorded before it is sent, and the continuation is removed (or kept as a finished
   marker for operations that were re-entered) only after the send: a process that dies between the
   two leaves a continuation whose lease lapses, and recovery sends the recorded answer.
@@ -34,11 +38,11 @@ from .constants import CREATE, DELETE, IN_PROGRESS_LOG_MESSAGE, NOTHING_CREATED_
 from .dispatch import Orphaned
 from .response import exception_reason, failed_response
 from .logs import get_logger, request_context
-from .reentry import Reentry
+from .reentry import ContinuationRef, Reentry, step_of
 from .registry import Registry, UnknownType
 from .request import Request, parse_request
 from .response import InProgress, fit_to_limit
-from .store import ClaimStatus, Continuation, IdempotencyKey, IdempotencyRecord, RecordState, Store, new_continuation_id
+from .store import ClaimResult, ClaimStatus, Continuation, IdempotencyKey, IdempotencyRecord, RecordState, Store, new_continuation_id
 from .store.base import DELIVERED_ATTEMPT, FINISHED_ATTEMPT
 from .store.budget import seconds_left
 
@@ -97,8 +101,10 @@ def _orphan_key(request: Request, slot: int) -> IdempotencyKey:
 class _Hold:
     """A step's hold on its continuation; the lifecycle's renewer keeps `continuation` current."""
 
-    def __init__(self, continuation: Continuation) -> None:
+    def __init__(self, continuation: Continuation, claim: ClaimResult | None = None) -> None:
         self.continuation = continuation
+        #: The claim stored with the continuation (`accept`): `run` need not claim again.
+        self.claim = claim
         self.lock = threading.Lock()
         self.lost = False
         self.released = False
@@ -125,11 +131,15 @@ class _Renewer:
 
     def add(self, hold: _Hold) -> None:
         with self._wake:
+            idle = not self._holds
             self._holds[hold.continuation.id] = hold
             if self._background and (self._thread is None or not self._thread.is_alive()):
                 self._thread = threading.Thread(target=self._loop, name="crhelper-lease", daemon=True)
                 self._thread.start()
-            self._wake.notify()
+            elif idle:
+                # Only an idle renewer waits longer than a lease: a busy one looks again within
+                # lease / 6, well before a new hold's first renewal is due (at lease / 3).
+                self._wake.notify()
 
     def remove(self, hold: _Hold) -> None:
         with self._wake:
@@ -188,27 +198,39 @@ class Lifecycle:
         self._renewer = _Renewer(self, background=renew_in_background)
 
     # entry points ------------------------------------------------------------------------
-    def accept(self, request: Request, raw: dict[str, Any]) -> str:
-        """Store a request before acknowledging it (a server that answers later): held by this
-        process, its lease renewed until `process(..., accepted=id)` runs it. Should the process die
-        first, recovery finds it and runs it. Returns the operation id."""
-        return self._store_request(request, raw).continuation.id
+    def accept(self, request: Request, raw: dict[str, Any]) -> str | None:
+        """Store and claim a request before acknowledging it (a server that answers later), in one
+        write: held by this process, its lease renewed until `process(..., accepted=id)` runs it.
+        Should the process die first, recovery finds it and runs it. Returns the operation id, or
+        None when the claim does not own the request (a duplicate: `run` answers it as one)."""
+        mine = self._first_step(request, raw)
+        claim = self.store.claim_with_continuation(key_of(request), mine, *self._claim_terms(mine))
+        if not claim.owns:
+            return None
+        return self._hold(mine, claim).continuation.id
 
     def discard(self, operation_id: str) -> None:
-        """Forget a request accepted with `accept` that will not be run here (refused after all)."""
+        """Forget a request accepted with `accept` that will not be run here (refused after all):
+        its claim is released, so a redelivery runs it at once."""
         hold = self._renewer.get(operation_id)
         if hold is not None:
             self._release(hold)
+            if hold.claim is not None:
+                self.store.release(key_of(parse_request(hold.continuation.request)), operation_id)
         self.store.delete_continuation(operation_id)
 
-    def _store_request(self, request: Request, raw: dict[str, Any]) -> _Hold:
+    def _claim_terms(self, mine: Continuation) -> tuple[float, float]:
+        """The lease (to the operation's deadline) and TTL of the claim of a fresh delivery."""
+        left = max(0.0, mine.deadline - self.clock())
+        return left + self.step_lease, max(self.record_ttl, left + self.step_lease)
+
+    def _first_step(self, request: Request, raw: dict[str, Any]) -> Continuation:
+        """The continuation of a fresh delivery, held by this process for one lease."""
         now = self.clock()
-        mine = Continuation(
+        return Continuation(
             id=self.new_id(), request=raw, state=None, attempt=0, started_at=now,
             deadline=now + self._deadline_for(request), next_run_at=now + self.step_lease, holder=self.identity(),
         )
-        self.store.put_continuation(mine)
-        return self._hold(mine)
 
     def run(
         self, request: Request, raw: dict[str, Any], run: Step, reentry: Reentry | None, accepted: str | None = None
@@ -217,20 +239,28 @@ class Lifecycle:
         `accepted` is the id `accept` returned for this request."""
         key = key_of(request)
         hold = self._renewer.get(accepted) if accepted is not None else None
-        if hold is None:
-            # The request is stored before it is claimed: a process dying after the claim leaves
-            # something recovery can find and run again.
-            hold = self._store_request(request, raw)
-        mine = hold.continuation
-        operation_id, now, deadline = mine.id, self.clock(), mine.deadline
-        claim = self.store.claim(key, operation_id, lease_seconds=max(0.0, deadline - now) + self.step_lease,
-                                 ttl_seconds=max(self.record_ttl, deadline - now + self.step_lease))
+        mine = hold.continuation if hold is not None else self._first_step(request, raw)
+        if hold is not None and hold.lost:
+            _log.warning("an accepted request was taken over by another process before it ran: not run here")
+            return Verdict(None, request)
+        if hold is not None and hold.claim is not None:
+            claim = hold.claim  # claimed when it was accepted
+        elif hold is None:
+            # The request is stored with its claim (one write): a process dying after it leaves
+            # something recovery can find and run again; the continuation is kept only if it owns.
+            claim = self.store.claim_with_continuation(key, mine, *self._claim_terms(mine))
+            if claim.owns:
+                hold = self._hold(mine)
+        else:
+            claim = self.store.claim(key, mine.id, *self._claim_terms(mine))
         if claim.status is ClaimStatus.COMPLETED:
-            return self._completed(key, claim.record, hold, request, reentry)
+            return self._completed(key, claim.record, hold, mine, request, reentry)
         if not claim.owns:
-            self.discard(operation_id)
-        if claim.status is ClaimStatus.IN_FLIGHT:
-            return self._in_flight(claim.record, raw, request, run, reentry)
+            if hold is not None:
+                self.discard(mine.id)
+            if claim.status is ClaimStatus.IN_FLIGHT:
+                return self._in_flight(claim.record, raw, request, run, reentry)
+        assert hold is not None  # owned: stored with the claim, or accepted earlier
         if claim.status is ClaimStatus.TAKEN_OVER:
             _log.warning("an earlier attempt lost its lease without finishing: running the request again")
         request = dataclasses.replace(request, started_at=mine.started_at)
@@ -273,6 +303,15 @@ class Lifecycle:
             _log.info("re-entry for an operation that has already finished: ignored")
             return None
         now = self.clock()
+        step = step_of(operation_id)
+        if step is not None and not continuation.finished and step < continuation.attempt \
+                and not self._overdue(continuation, now):
+            # A duplicated re-entry (FC async and MNS deliver at least once) of a step that already
+            # ran: the operation's own re-entry for its current step is on its way. Re-scheduling
+            # this one would cost an extra invocation on every poll until the operation ends.
+            _log.info("re-entry for an earlier step of the operation: dropped",
+                      extra={"fields": {"step": step, "current_step": continuation.attempt}})
+            return None
         request = dataclasses.replace(
             parse_request(continuation.request),
             state=continuation.state,
@@ -307,7 +346,7 @@ class Lifecycle:
             self.sleep(early)
             now = max(self.clock(), continuation.next_run_at)
         elif not self._takeable(continuation, now):
-            self._follow_up(operation_id, continuation.next_run_at - now, reentry)
+            self._follow_up(operation_id, continuation.next_run_at - now, reentry, continuation.attempt)
             return None
         elif continuation.attempt > 0:
             self._prepare(reentry)
@@ -339,13 +378,18 @@ class Lifecycle:
             if continuation.finished:
                 if continuation.next_run_at > now:
                     continue
-            elif not (continuation.next_run_at <= now - EARLY_TOLERANCE
-                      or (continuation.holder and self._takeable(continuation, now))):
+            elif not self._overdue(continuation, now):
                 continue
             elif self._foreign(continuation, now):
                 continue
             due.append(continuation.id)
         return due
+
+    def _overdue(self, continuation: Continuation, now: float) -> bool:
+        """Left for recovery: a poll later than a re-entry can be early, or an abandoned step (its
+        lease lapsed, or its holder on this machine died)."""
+        return continuation.next_run_at <= now - EARLY_TOLERANCE or bool(
+            continuation.holder and self._takeable(continuation, now))
 
     def _foreign(self, continuation: Continuation, now: float) -> bool:
         """An operation of a type this provider does not handle: another provider shares the store
@@ -465,8 +509,8 @@ class Lifecycle:
         future.add_done_callback(done)
 
     # the hold --------------------------------------------------------------------------------
-    def _hold(self, continuation: Continuation) -> _Hold:
-        hold = _Hold(continuation)
+    def _hold(self, continuation: Continuation, claim: ClaimResult | None = None) -> _Hold:
+        hold = _Hold(continuation, claim)
         self._renewer.add(hold)
         return hold
 
@@ -519,11 +563,14 @@ class Lifecycle:
         current = self._release(hold)
         if hold.lost:
             return
+        if current.attempt <= 0 and not current.finished:
+            if delivered:
+                self.store.mark_delivered_and_delete(key, current.id, current.id)
+            else:
+                self.store.delete_continuation(current.id)
+            return
         if delivered:
             self.store.mark_delivered(key, current.id)
-        if current.attempt <= 0 and not current.finished:
-            self.store.delete_continuation(current.id)
-            return
         marker = dataclasses.replace(
             current, attempt=DELIVERED_ATTEMPT if delivered else FINISHED_ATTEMPT,
             next_run_at=self.clock() + self.record_ttl, holder="",
@@ -558,12 +605,13 @@ class Lifecycle:
         if prepare is not None:
             threading.Thread(target=prepare, name="crhelper-reentry-prepare", daemon=True).start()
 
-    def _follow_up(self, operation_id: str, wait: float, reentry: Reentry | None) -> bool:
-        """Schedule a check of the operation when its holder's lease ends; False if impossible."""
+    def _follow_up(self, operation_id: str, wait: float, reentry: Reentry | None, step: int | None) -> bool:
+        """Schedule a check of the operation when its holder's lease ends; False if impossible.
+        `step` is the step being waited for: once it has run, the check is dropped on arrival."""
         if reentry is None or reentry.unavailable_reason:
             return False
         try:
-            reentry.schedule(operation_id, max(0.0, wait) + FOLLOW_UP_SLACK)
+            reentry.schedule(ContinuationRef(operation_id, step), max(0.0, wait) + FOLLOW_UP_SLACK)
         except Exception as exc:
             _log.warning("could not schedule a follow-up", extra={"fields": {"error": exception_reason(exc)}})
             return False
@@ -584,14 +632,14 @@ class Lifecycle:
                 deadline=now + wait + self._deadline_for(request), next_run_at=now + wait,
             )
             self.store.put_continuation(follow)
-            if self._follow_up(follow.id, wait, reentry):
+            if self._follow_up(follow.id, wait, reentry, follow.attempt):
                 return Verdict(None, request)
             return Verdict(None, request, retry_after=wait + FOLLOW_UP_SLACK)
         if self._takeable(other, now):
             _log.warning("duplicate found its operation abandoned or due: resuming it")
             return self.resume(other.id, run, reentry) or Verdict(None, request)
         wait = max(0.0, other.next_run_at - now)
-        if self._follow_up(other.id, wait, reentry):
+        if self._follow_up(other.id, wait, reentry, other.attempt):
             _log.info("duplicate while the request is in flight: not run again; a follow-up checks on it",
                       extra={"fields": {"in": round(wait + FOLLOW_UP_SLACK, 2)}})
             return Verdict(None, request)
@@ -606,7 +654,7 @@ class Lifecycle:
         over (returning the record now owned by this continuation)."""
         if record.state is RecordState.IN_PROGRESS and self.store.get_continuation(record.owner) is None:
             if record.lease_live(now):
-                self._follow_up(continuation.id, record.lease_expires_at - now, reentry)
+                self._follow_up(continuation.id, record.lease_expires_at - now, reentry, continuation.attempt)
                 return None
             # An owner that left nothing to resume and whose lease lapsed: run the request here.
             claim = self.store.claim(key_of(parse_request(continuation.request)), continuation.id,
@@ -652,31 +700,39 @@ class Lifecycle:
         return Verdict(record.response, request, on_settle=settle)
 
     def _completed(
-        self, key: IdempotencyKey, record: IdempotencyRecord, hold: _Hold, request: Request, reentry: Reentry | None
+        self, key: IdempotencyKey, record: IdempotencyRecord, hold: _Hold | None, mine: Continuation,
+        request: Request, reentry: Reentry | None,
     ) -> Verdict:
         """A duplicate of a request that has its answer: nothing when the answer arrived or is being
         sent right now (a follow-up checks on that send); else this delivery adopts the sending (one
-        duplicate wins) and sends the stored answer again."""
+        duplicate wins) and sends the stored answer again. `hold` is None when `mine` is not stored
+        (a claim that did not own): it is stored only to adopt, so recovery can finish the re-send."""
         now = self.clock()
         if record.state is RecordState.DELIVERED:
-            self.discard(hold.continuation.id)
+            if hold is not None:
+                self.discard(mine.id)
             _log.info("duplicate of a request whose answer was delivered: nothing sent again")
             return Verdict(None, request)
         sender = self.store.get_continuation(record.owner)
         if sender is None or not sender.holder or self._takeable(sender, now):
-            if self.store.adopt(key, record.owner, hold.continuation.id):
+            if hold is None:
+                self.store.put_continuation(mine)
+                hold = self._hold(mine)
+            if self.store.adopt(key, record.owner, mine.id):
                 if sender is not None and not sender.finished:
                     self.store.delete_continuation(sender.id)
                 _log.info("duplicate of a completed request whose answer was not delivered: re-sending it")
+                adopted = hold
                 return Verdict(record.response, request,
-                               on_settle=lambda delivered: self._settle(hold, delivered, key))
+                               on_settle=lambda delivered: self._settle(adopted, delivered, key))
             sender = self.store.get_continuation((self.store.get(key) or record).owner)
-        self.discard(hold.continuation.id)
+        if hold is not None:
+            self.discard(mine.id)
         if sender is None:
             return Verdict(None, request)
         # Its holder is sending it right now: whether it arrives is not known yet.
         wait = max(0.0, sender.next_run_at - now)
-        if self._follow_up(sender.id, wait, reentry):
+        if self._follow_up(sender.id, wait, reentry, None if sender.finished else sender.attempt):
             return Verdict(None, request)
         return Verdict(None, request, retry_after=wait + FOLLOW_UP_SLACK)
 
@@ -726,7 +782,7 @@ class Lifecycle:
         # continuation alone decides whether a step is due or stalled.
         self.store.renew(key, current.id, max(0.0, deadline - now) + self.step_lease)
         try:
-            getattr(reentry, "schedule_step", reentry.schedule)(current.id, delay)
+            getattr(reentry, "schedule_step", reentry.schedule)(ContinuationRef(current.id, continuation.attempt), delay)
         except Exception as exc:  # the continuation is stored: recovery or a redelivery can still resume it
             _log.error("could not schedule the next call", extra={"fields": {"error": exception_reason(exc)}})
         _log.info(IN_PROGRESS_LOG_MESSAGE, extra={"fields": {"attempt": continuation.attempt, "delay": delay, "via": reentry.name}})

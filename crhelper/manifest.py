@@ -36,6 +36,8 @@ BUILTIN_COMMANDS: dict[str, str] = {
     "stack": "crhelper.cli.parsers.stack:register",
     "contract": "crhelper.cli.parsers.contract:register",
     "providers": "crhelper.cli.parsers.providers:register",
+    "package": "crhelper.cli.parsers.package:register",
+    "deploy": "crhelper.cli.parsers.deploy:register",
     "supervisor": "crhelper.local.supervisor_cli:register",
     "router": "handlers.routes.cli:register",
     "bootgroups": "handlers.bootgroups.cli:register",

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import heapq
 import http.client
+import os
 import random
 import re
 import socket
@@ -81,7 +83,6 @@ def ordered_urls(public: str | None, intranet: str | None, mode: str, on_functio
 
 @functools.lru_cache(maxsize=8)
 def _ssl_context(ca_bundle: str | None, verify: bool):  # type: ignore[no-untyped-def]
-    import os
     import ssl  # only when a URL is https
 
     if not verify:
@@ -103,7 +104,6 @@ def _ssl_context(ca_bundle: str | None, verify: bool):  # type: ignore[no-untype
 
 def _has_hashed_certificates(directory: str) -> bool:
     """OpenSSL's capath lookup needs `<hash>.0` links; a plain folder of PEM files does not work."""
-    import os
     import re
 
     try:
@@ -203,34 +203,96 @@ def _parse_target(url: str) -> _Target:
     return _Target(parts.scheme, parts.hostname, port, quote(target, safe=_TARGET_SAFE))
 
 
+class _Deadlines:
+    """One daemon thread that fires every pending watchdog at its deadline (a heap of them).
+
+    A `threading.Timer` per attempt costs a thread start and join on every delivery (about half
+    of an attempt's CPU in a busy worker); one thread sleeping until the earliest deadline does not.
+    Stopped watchdogs stay in the heap until their time or a compaction, whichever is first.
+    """
+
+    def __init__(self) -> None:
+        self._wake = threading.Condition(threading.Lock())
+        self._heap: list[tuple[float, int, _Watchdog]] = []
+        self._sequence = 0
+        self._stopped = 0
+        self._thread: threading.Thread | None = None
+
+    def add(self, watchdog: "_Watchdog") -> None:
+        with self._wake:
+            self._sequence += 1
+            heapq.heappush(self._heap, (watchdog.ends, self._sequence, watchdog))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="crhelper-outbound-deadlines", daemon=True)
+                self._thread.start()
+            elif self._heap[0][2] is watchdog:
+                self._wake.notify()  # an earlier deadline than the one the thread sleeps for
+
+    def stopped(self) -> None:
+        """A watchdog was stopped before its time: drop the dead entries once they are most of the heap."""
+        with self._wake:
+            self._stopped += 1
+            if self._stopped > 64 and self._stopped * 2 > len(self._heap):
+                self._heap = [entry for entry in self._heap if not entry[2].done]
+                heapq.heapify(self._heap)
+                self._stopped = 0
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while True:
+                    now = time.monotonic()
+                    if self._heap and self._heap[0][0] <= now:
+                        due = heapq.heappop(self._heap)[2]
+                        if due.done:
+                            self._stopped = max(0, self._stopped - 1)
+                        break
+                    self._wake.wait(self._heap[0][0] - now if self._heap else None)
+            due.fire()  # outside the heap's lock: the watchdog takes its own
+
+
+_deadlines = _Deadlines()
+
+
+def _reset_after_fork() -> None:
+    """A forked child has no deadline thread; its copy of the heap belongs to the parent's attempts."""
+    global _deadlines
+    _deadlines = _Deadlines()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
+
+
 class _Watchdog:
     """Shuts the attempt's socket down when its wall-clock budget ends.
 
     Socket timeouts restart on every byte, so a peer that trickles one byte a second would hold a
     blocking read (or the TLS handshake, or a send) forever; a shut-down socket ends it at once.
-    The lock keeps the timer from touching a descriptor that was already closed (and maybe reused).
+    The lock keeps the deadline thread from touching a descriptor that was already closed (and
+    maybe reused).
     """
 
     def __init__(self, ends: float) -> None:
-        self._ends = ends  # time.monotonic()
+        self.ends = ends  # time.monotonic()
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
-        self._done = False
-        self._timer: threading.Timer | None = None
+        self._registered = False
+        self.done = False
         self.fired = False
 
     def watch(self, sock: socket.socket) -> None:
         """Guard this socket (the TLS one replaces the plain one); the clock started with the attempt."""
         with self._lock:
             self._sock = sock
-            if self._timer is None and not self._done:
-                self._timer = threading.Timer(max(0.0, self._ends - time.monotonic()), self._fire)
-                self._timer.daemon = True
-                self._timer.start()
+            register = not self._registered and not self.done
+            self._registered = True
+        if register:
+            _deadlines.add(self)
 
-    def _fire(self) -> None:
+    def fire(self) -> None:
         with self._lock:
-            if self._done or self._sock is None:
+            if self.done or self._sock is None:
                 return
             self.fired = True
             try:
@@ -242,10 +304,12 @@ class _Watchdog:
 
     def stop(self) -> None:
         with self._lock:
-            self._done = True
-            timer = self._timer
-        if timer is not None:
-            timer.cancel()
+            already = self.done
+            self.done = True
+            self._sock = None  # the heap may hold this watchdog until its deadline: not the socket
+            registered = self._registered
+        if registered and not already:
+            _deadlines.stopped()
 
 
 @functools.lru_cache(maxsize=16)

@@ -26,3 +26,19 @@ def state_dir(name: str, env: Mapping[str, str] | None = None, *, create: bool =
     if create:
         path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Replace `path` with `data` at once (a reader never sees half a file), created with `mode`
+    (owner-only by default: state files may hold secrets). The folder is made when missing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(partial, mode)  # the umask may have narrowed it
+        os.replace(partial, path)
+    finally:
+        if partial.exists():
+            partial.unlink()

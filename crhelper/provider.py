@@ -25,7 +25,7 @@ from .runtime import (
 )
 from .services import ProviderServices
 from .store.budget import store_deadline
-from .transports.fc import handle_invocation
+from .transports.fc import NamedTimerHook, TimerHook, handle_invocation
 
 if TYPE_CHECKING:
     from .lifecycle import Lifecycle
@@ -54,6 +54,7 @@ class Provider:
         self.default_type = default_type
         self._settings = settings
         self._services = ProviderServices(self.registry, store, self.handle)
+        self._timer_hooks: list[NamedTimerHook] = []
 
     def set_deadline(self, resource_type: str, seconds: float) -> None:
         """The longest a long-running operation of this type may take (keep it below the template's Timeout)."""
@@ -67,6 +68,29 @@ class Provider:
             return func
 
         return decorator
+
+    def on_timer(self, func: TimerHook | None = None, *, name: str | None = None) -> Any:
+        """Periodic work on the function's time trigger: `@provider.on_timer` (or
+        `provider.on_timer(func, name=...)`) on `def hook(deadline: float) -> Any`.
+
+        A time-trigger invocation first resumes stalled operations, then calls each hook in the
+        order registered with `deadline`, the time.monotonic() by which it must return (the
+        invocation's remaining time less a margin). What a hook returns (JSON-able) is reported under
+        its name in the invocation's summary; a hook that raises is logged naming it and reported as
+        {"Error": ...}, and the next hook still runs. Registering the same name again replaces it."""
+
+        def decorator(hook: TimerHook) -> TimerHook:
+            label = name or getattr(hook, "__qualname__", None) or repr(hook)
+            self._timer_hooks[:] = [entry for entry in self._timer_hooks if entry[0] != label]
+            self._timer_hooks.append((label, hook))
+            return hook
+
+        return decorator(func) if func is not None else decorator
+
+    @property
+    def timer_hooks(self) -> tuple[NamedTimerHook, ...]:
+        """The hooks `on_timer` registered, (name, hook) in order."""
+        return tuple(self._timer_hooks)
 
     def _register(self, resource_type: str, operation: str) -> Callable[[F], F]:
         def decorator(func: F) -> F:
@@ -114,7 +138,8 @@ class Provider:
     def accept(self, event: Any) -> str | None:
         """Store a request before acknowledging it (a server that handles it later in a pool): if the
         process dies before handling it, recovery runs it. Returns the id to pass to `process` as
-        `accepted` (or to `discard`), or None when there is nothing to store (no store, not a request)."""
+        `accepted` (or to `discard`), or None when there is nothing to store (no store, not a request, or a duplicate already
+        claimed elsewhere: `process` answers it as one)."""
         settings, problem = self._open(event)
         if problem:
             return None  # process() answers it precisely

@@ -1,6 +1,7 @@
 """How a long-running operation gets called again: an in-process timer, or a delayed async FC invocation.
 
-Only a continuation id travels in a re-entry; the request and its ResponseURLs stay in the store.
+Only a continuation id (and the step it was scheduled for) travels in a re-entry; the request and
+its ResponseURLs stay in the store.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from typing import Any, Callable, Mapping, Protocol
 
 from .logs import get_logger
 
-#: The only key of a re-entry payload.
+#: The key of a re-entry payload naming the continuation.
 CONTINUATION_FIELD = "crhelperContinuation"
+#: Its optional second key: the step (`Continuation.attempt`) the re-entry was scheduled for, so a
+#: duplicated re-entry of an earlier step is recognised and dropped (payloads without it still work).
+STEP_FIELD = "crhelperStep"
 #: FC 2.0 accepts x-fc-async-delay from 0 to 3,600 s.
 MAX_FC_DELAY = 3600
 #: How early a step's FC re-invocation is sent (lifecycle.EARLY_TOLERANCE must be at least this).
@@ -36,14 +40,45 @@ class Reentry(Protocol):
     def schedule(self, continuation_id: str, delay: float) -> None: ...
 
 
-def continuation_payload(continuation_id: str) -> bytes:
-    return json.dumps({CONTINUATION_FIELD: continuation_id}).encode("utf-8")
+class ContinuationRef(str):
+    """A continuation id as a re-entry carries it, with the step it was scheduled for (None: a
+    payload of an earlier version). A `str`, so every `Reentry.schedule(continuation_id, delay)`
+    passes it through unchanged, and `continuation_payload` writes its step."""
+
+    step: int | None
+
+    def __new__(cls, continuation_id: str, step: int | None = None) -> "ContinuationRef":
+        ref = super().__new__(cls, continuation_id)
+        ref.step = step
+        return ref
 
 
-def continuation_id_of(raw: Mapping[str, Any]) -> str | None:
-    """The continuation id if this decoded event is a re-entry, else None."""
+def step_of(continuation_id: str) -> int | None:
+    """The step a re-entry was scheduled for, when it says (a `ContinuationRef`)."""
+    return getattr(continuation_id, "step", None)
+
+
+def continuation_payload(continuation_id: str, step: int | None = None) -> bytes:
+    """The re-entry event: the id, and the step (`step`, else the id's own) when known."""
+    step = step_of(continuation_id) if step is None else step
+    payload: dict[str, Any] = {CONTINUATION_FIELD: str(continuation_id)}
+    if step is not None:
+        payload[STEP_FIELD] = step
+    return json.dumps(payload).encode("utf-8")
+
+
+def continuation_id_of(raw: Mapping[str, Any]) -> ContinuationRef | None:
+    """The continuation id (with its step, if the payload has one) if this decoded event is a
+    re-entry, else None."""
     value = raw.get(CONTINUATION_FIELD)
-    return value if isinstance(value, str) and len(raw) == 1 else None
+    if not isinstance(value, str):
+        return None
+    if len(raw) == 1:
+        return ContinuationRef(value)
+    step = raw.get(STEP_FIELD)
+    if len(raw) == 2 and isinstance(step, int) and not isinstance(step, bool) and step >= 0:
+        return ContinuationRef(value, step)
+    return None
 
 
 class UnavailableReentry:

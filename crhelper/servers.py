@@ -6,7 +6,6 @@ run beside the caller (tests, the emulator, the CLI) and must stop cleanly and p
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import sys
 import threading
@@ -158,6 +157,8 @@ class LoopThread:
     and closes the loop. Subclasses override those two coroutines; `run` runs any other."""
 
     def __init__(self, name: str) -> None:
+        import asyncio  # here, not at the top: the threaded HTTP servers (metad, local endpoints) skip its import
+
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
 
@@ -178,6 +179,8 @@ class LoopThread:
 
     def run(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = 10.0) -> T:
         """Run `coroutine` on the loop and wait for its result."""
+        import asyncio
+
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
 
     def stop(self, join: float = 10.0) -> None:

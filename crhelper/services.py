@@ -108,7 +108,7 @@ class ProviderServices:
             return self._lifecycle
 
     def reentry(self, settings: Settings, context: object | None, lifecycle: "Lifecycle") -> "Reentry":
-        from .reentry import FunctionComputeReentry, UnavailableReentry
+        from .reentry import UnavailableReentry
 
         mode = settings.reentry
         if mode == "none":
@@ -127,8 +127,10 @@ class ProviderServices:
                     "long-running operations on Function Compute need a store shared by all instances: "
                     "set CRHELPER_STORE=s3://<bucket>/<prefix>?endpoint=<OSS endpoint>"
                 )
+            from .reentry_fc3 import fc_reentry  # FC 3.0 when the context has no service, else FC 2.0
+
             try:
-                return FunctionComputeReentry(context or object())
+                return fc_reentry(context or object())
             except RuntimeError as exc:
                 return UnavailableReentry(str(exc))
         return self._local_scheduler(settings)

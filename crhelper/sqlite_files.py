@@ -56,11 +56,13 @@ def use_wal(conn: sqlite3.Connection, wait: float = BUSY_SECONDS) -> None:
     """Switch the file to WAL, retrying for `wait` seconds: SQLite answers this pragma SQLITE_BUSY
     at once, without its busy handler, while another connection recovers the WAL of a process that
     died mid-write (a SIGKILLed worker). That is seconds of waiting, not an unusable file; past
-    `wait`, WalBusy says how long it waited."""
+    `wait`, WalBusy says how long it waited. WAL is a property of the file: once set, every later
+    open only reads the mode (setting it again takes a lock that concurrent opens queue behind)."""
     started = time.monotonic()
     while True:
         try:
-            conn.execute("PRAGMA journal_mode = WAL")
+            if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
             return
         except sqlite3.OperationalError as exc:
             waited = time.monotonic() - started

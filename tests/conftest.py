@@ -22,6 +22,26 @@ def shared_dir() -> Path:
     return SHARED
 
 
+@pytest.fixture(scope="session")
+def required_python() -> Callable[[str], str]:
+    """`find(version)`: that Python's interpreter (PATH, pyenv), as FC runtimes and .ci/run find it;
+    a test without it skips with the reason, and fails under CI=true (CI machines carry 3.10 and 3.12)."""
+    import os
+
+    from crhelper.local.processes import find_python
+
+    def find(version: str) -> str:
+        found = find_python(version)
+        if found is None:
+            message = f"Python {version} is not on this machine (PATH, pyenv)"
+            if os.environ.get("CI") == "true":
+                pytest.fail(f"{message} and CI=true")
+            pytest.skip(message)
+        return found
+
+    return find
+
+
 @pytest.fixture
 def response_server(request: pytest.FixtureRequest) -> Iterator[ResponseServer]:
     """A real HTTP ResponseURL server; any protocol violation it saw fails the test at teardown,

@@ -58,3 +58,74 @@ def resolve(context: object | None = None, env: Mapping[str, str] | None = None)
 def missing_hint() -> str:
     """What to tell a user who has no credentials configured."""
     return f"set {KEY_ID_ENV} and {KEY_SECRET_ENV} (and {TOKEN_ENV} for STS credentials)"
+
+
+PROFILE_ENV = "ALIBABA_CLOUD_PROFILE"
+#: Profile modes that hold a key (the `aliyun` CLI also knows RamRoleArn, EcsRamRole, ... which need a call to STS).
+PROFILE_MODES = ("AK", "StsToken")
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be used: `problem` says why, `next_step` what to do."""
+
+    def __init__(self, problem: str, next_step: str) -> None:
+        super().__init__(f"{problem}; next: {next_step}")
+        self.problem = problem
+        self.next_step = next_step
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One profile of the `aliyun` CLI's `~/.aliyun/config.json`: its key and default region."""
+
+    name: str
+    credentials: Credentials
+    region: str = ""
+
+
+def default_config_file() -> str:
+    return os.path.join(os.path.expanduser("~"), ".aliyun", "config.json")
+
+
+def load_profile(name: str | None = None, path: str | os.PathLike[str] | None = None,
+                 env: Mapping[str, str] | None = None) -> Profile | None:
+    """The profile `name` (else $ALIBABA_CLOUD_PROFILE, else the file's `current`) of the `aliyun` CLI's
+    config file; None when no file exists and no name was asked for. ProfileError names what is wrong."""
+    import json
+
+    env = os.environ if env is None else env
+    file = os.fspath(path) if path is not None else default_config_file()
+    wanted = name or env.get(PROFILE_ENV) or None
+    try:
+        with open(file, encoding="utf-8") as handle:
+            document = json.load(handle)
+    except FileNotFoundError:
+        if wanted is None:
+            return None
+        raise ProfileError(f"profile {wanted!r} asked for, but {file} does not exist",
+                           "run `aliyun configure --profile NAME`, or set "
+                           f"{KEY_ID_ENV} and {KEY_SECRET_ENV}") from None
+    except (OSError, ValueError) as exc:
+        raise ProfileError(f"{file} is not readable JSON ({exc.__class__.__name__})",
+                           "fix or re-create it with `aliyun configure`") from None
+    profiles = document.get("profiles") if isinstance(document, dict) else None
+    if not isinstance(profiles, list):
+        raise ProfileError(f"{file} has no `profiles` list", "re-create it with `aliyun configure`")
+    wanted = wanted or str(document.get("current") or "default")
+    found = next((p for p in profiles if isinstance(p, dict) and p.get("name") == wanted), None)
+    if found is None:
+        names = ", ".join(str(p.get("name")) for p in profiles if isinstance(p, dict)) or "none"
+        raise ProfileError(f"no profile {wanted!r} in {file} (profiles: {names})",
+                           "give --profile one of those, or run `aliyun configure --profile NAME`")
+    mode = str(found.get("mode") or "AK")
+    if mode not in PROFILE_MODES:
+        raise ProfileError(f"profile {wanted!r} has mode {mode}, which needs a call to STS",
+                           f"use a profile of mode {' or '.join(PROFILE_MODES)}, or set {KEY_ID_ENV} and "
+                           f"{KEY_SECRET_ENV} (and {TOKEN_ENV}) from `aliyun sts AssumeRole`")
+    key_id, secret = str(found.get("access_key_id") or ""), str(found.get("access_key_secret") or "")
+    token = str(found.get("sts_token") or "") if mode == "StsToken" else ""
+    if not key_id or not secret or (mode == "StsToken" and not token):
+        raise ProfileError(f"profile {wanted!r} in {file} lacks access_key_id, access_key_secret"
+                           + (" or sts_token" if mode == "StsToken" else ""),
+                           f"run `aliyun configure --profile {wanted}`")
+    return Profile(wanted, Credentials(key_id, secret, token), str(found.get("region_id") or ""))

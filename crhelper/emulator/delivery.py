@@ -6,9 +6,9 @@ emulator.create(..., deliver)`). Per request it
 1. gives the request fresh public and intranet ResponseURLs on its own `ResponseServer`
    (with the ResponseURL faults planned for them);
 2. routes it by ServiceToken:
-   - FC 2.0 `services/S/functions/F` -> the bound provider as a function of a local Function
-     Compute endpoint, invoked asynchronously with the real `fc2` SDK (`delivery_fc`);
-   - FC 3.0 `functions/F` -> in-process `provider.process(request)`: fc2 speaks only the 2.0 API;
+   - FC 2.0 `services/S/functions/F` and FC 3.0 `functions/F` -> the bound provider as a function
+     of a local Function Compute endpoint, invoked asynchronously with the real SDK of the token's
+     version, `fc2` or `alibabacloud-fc20230330` (`delivery_fc`);
    - MNS `queues/Q` / `topics/T` -> sent / published through a local MNS endpoint and consumed
      by the project's `QueueWorker` running the provider (`delivery_mns`);
    - `web:` -> POSTed to the URL for real, `web[sync]:` -> the HTTP reply is the response
@@ -149,7 +149,7 @@ class StackDelivery:
 
     @property
     def fc(self) -> "FcRoute":
-        """The FcRoute, started on first use of an FC 2.0 token."""
+        """The FcRoute, started on first use of an FC token."""
         from .delivery_fc import FcRoute
 
         with self._lock:
@@ -229,7 +229,7 @@ class StackDelivery:
         attempts = 2 if faults.duplicate else 1
         if self.logs is not None:
             self.logs.serving(str(request.get("LogicalResourceId") or ""))
-        if isinstance(token, FcFunctionToken) and token.fc_version == 2 and self.bindings.mode == "endpoints":
+        if isinstance(token, FcFunctionToken) and self.bindings.mode == "endpoints":
             fc = self.fc
             invocations = [fc.send(token, spec, request, timeout) for _ in range(attempts)]
             self._record(ROUTE_FC, service_token, request)

@@ -1,6 +1,8 @@
-"""FC 2.0 ServiceTokens: the provider runs as a function of a local Function Compute endpoint.
+"""FC ServiceTokens: the provider runs as a function of a local Function Compute endpoint.
 
-Requests are sent with the real `fc2` SDK as **async** invocations (`x-fc-invocation-type: Async`),
+Requests are sent as **async** invocations (`x-fc-invocation-type: Async`) with the real SDK of the
+token's version: `fc2` for FC 2.0 (`services/S/functions/F`), `alibabacloud-fc20230330` for FC 3.0
+(`functions/F`, a function with no service, which then re-enters through the 3.0 API),
 which is what ROS plausibly does (it waits up to 12 h for the ResponseURL; spec §4.1): the
 provider gets a real FC context (function timeout, credentials, request id) in a fresh worker
 process, and a crashed attempt is retried by FC's async queue.
@@ -85,6 +87,7 @@ class FcRoute:
         self._lock = threading.Lock()
         self._timeouts: dict[tuple[str, str], float] = {}
         self._client: Any = None
+        self._client3: Any = None
         self._invoke_lock = threading.Lock()
 
     def start(self) -> "FcRoute":
@@ -130,9 +133,28 @@ class FcRoute:
         # One invocation at a time: an async invoke only enqueues (202), and the endpoint's small
         # listen backlog would reset a burst of parallel connections from a large stack.
         with self._invoke_lock:
+            if token.fc_version == 3:
+                return self._send_fc3(token.function, payload)
             response = self._client.invoke_function(token.service, token.function, payload=payload,
                                                     headers={"x-fc-invocation-type": "Async"})
         return str(response.headers.get("x-fc-request-id", ""))
+
+    def _send_fc3(self, function: str, payload: bytes) -> str:
+        """An async invocation through the FC 3.0 API (the SDK is loaded on the first FC 3.0 token)."""
+        try:
+            from alibabacloud_fc20230330 import models
+            from alibabacloud_tea_util.models import RuntimeOptions
+        except ImportError:
+            raise RuntimeError("FC 3.0 tokens are invoked with the FC 3.0 SDK: pip install alibabacloud-fc20230330 "
+                               "(or bind the token in process with --in-process)") from None
+
+        if self._client3 is None:
+            self._client3 = self._fc.client3()
+        response = self._client3.invoke_function_with_options(
+            function, models.InvokeFunctionRequest(body=payload),
+            models.InvokeFunctionHeaders(x_fc_invocation_type="Async"), RuntimeOptions())
+        headers = {k.lower(): v for k, v in (response.headers or {}).items()}
+        return str(headers.get("x-fc-request-id", ""))
 
     def failure(self, invocation_id: str) -> str | None:
         """Why an invocation can no longer answer (it settled), or None while it may; check before captures."""

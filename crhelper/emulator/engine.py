@@ -3,7 +3,9 @@
 The engine mutates a `StackRecord` in memory and reports every change through two callbacks:
 `on_event` (each status change, as it happens) and `save` (persist the record). Delivery is
 injected as a `Deliverer`, so the same engine runs in-process providers, the local FC/MNS
-endpoints or real `web:` URLs.
+endpoints or real `web:` URLs. Local ALIYUN:: resources (`cloud_registry`) have no provider: the
+engine applies them itself through the operation's `CloudSession`, in the same dependency order,
+and a custom resource whose ServiceToken is one of the stack's own functions reaches that function.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import copy
 from collections.abc import Callable, Collection
 from typing import Any
 
+from .cloud_registry import is_cloud_token
+from .cloud_session import CloudSession
 from .errors import ResolutionError
 from .graph import DependencyGraph
 from .intrinsics import NO_VALUE
@@ -60,14 +64,68 @@ class Engine:
     """Runs one stack operation at a time on a record; see the module docstring."""
 
     def __init__(self, deliver: Deliverer, on_event: EventSink, save: Saver, parallelism: int | None = None) -> None:
-        self._runner = Runner(deliver, parallelism)
+        #: The operation's local ALIYUN:: resources (set while create/update/delete runs).
+        self._cloud: CloudSession | None = None
+        self._runner = Runner(self._delivering(deliver), parallelism)
         self._on_event = on_event
         self._save = save
         self._secrets: list[str] = []
 
+    # ------------------------------------------------------------------ local ALIYUN:: resources
+
+    def _delivering(self, deliver: Deliverer) -> Deliverer:
+        """Requests for the stack's own functions go to them; the rest to `deliver`."""
+
+        def route(service_token: str, request: dict[str, Any], timeout: float) -> dict[str, Any]:
+            cloud = self._cloud
+            return (cloud.deliverer(deliver) if cloud is not None else deliver)(service_token, request, timeout)
+
+        return route
+
+    def _cloud_operation(self, record: StackRecord) -> CloudSession:
+        self._cloud = CloudSession(record.region, record.account_id)
+        self._cloud.attach(record.resources.values())
+        return self._cloud
+
+    def _end_cloud_operation(self) -> None:
+        cloud, self._cloud = self._cloud, None
+        if cloud is not None:
+            cloud.close()
+
+    def _apply_cloud(self, request_type: str, resource: ResourceRecord, properties: dict[str, Any],
+                     old_properties: dict[str, Any] | None = None) -> Outcome:
+        """A local ALIYUN:: resource's operation, done here rather than delivered (it has no provider)."""
+        assert self._cloud is not None
+        return self._cloud.apply(request_type, resource.resource_type, properties, resource.physical_id, old_properties)
+
     # ------------------------------------------------------------------ operations
 
     def create(self, record: StackRecord, plan: Plan, disable_rollback: bool = False) -> None:
+        """CREATE_COMPLETE, or CREATE_FAILED / CREATE_ROLLBACK_COMPLETE / CREATE_ROLLBACK_FAILED."""
+        self._cloud_operation(record)
+        try:
+            self._create(record, plan, disable_rollback)
+        finally:
+            self._end_cloud_operation()
+
+    def update(self, record: StackRecord, plan: Plan, template_text: str, disable_rollback: bool = False) -> None:
+        """UPDATE_COMPLETE, or UPDATE_FAILED / ROLLBACK_COMPLETE / ROLLBACK_FAILED (spec §9.4)."""
+        self._cloud_operation(record)
+        try:
+            self._update(record, plan, template_text, disable_rollback)
+        finally:
+            self._end_cloud_operation()
+
+    def delete(self, record: StackRecord, retain: Collection[str] = (), retain_reason: str = "") -> None:
+        """Deletes in reverse dependency order; DeletionPolicy Retain and the resources in `retain`
+        (ROS DeleteStack RetainResources) get no request and are reported DELETE_COMPLETE with why."""
+        self._cloud_operation(record)
+        try:
+            self._delete(record, retain, retain_reason)
+        finally:
+            self._end_cloud_operation()
+
+    def _create(self, record: StackRecord, plan: Plan, disable_rollback: bool = False) -> None:
         """CREATE_COMPLETE, or CREATE_FAILED / CREATE_ROLLBACK_COMPLETE / CREATE_ROLLBACK_FAILED."""
         self._secrets = secret_values(record.parameters, record.no_echo)
         self._stack_status(record, "CREATE_IN_PROGRESS", "")
@@ -86,8 +144,7 @@ class Engine:
         else:
             self._stack_status(record, "CREATE_ROLLBACK_COMPLETE", reason)
 
-    def update(self, record: StackRecord, plan: Plan, template_text: str, disable_rollback: bool = False) -> None:
-        """UPDATE_COMPLETE, or UPDATE_FAILED / ROLLBACK_COMPLETE / ROLLBACK_FAILED (spec §9.4)."""
+    def _update(self, record: StackRecord, plan: Plan, template_text: str, disable_rollback: bool = False) -> None:
         before = (record.template_text, dict(record.parameters), list(record.no_echo), dict(record.outputs))
         previous = {name: copy.deepcopy(res) for name, res in record.resources.items()}
         record.template_text = template_text
@@ -150,9 +207,7 @@ class Engine:
                 del record.resources[node]
         return "; ".join(p for p in problems if p)
 
-    def delete(self, record: StackRecord, retain: Collection[str] = (), retain_reason: str = "") -> None:
-        """Deletes in reverse dependency order; DeletionPolicy Retain and the resources in `retain`
-        (ROS DeleteStack RetainResources) get no request and are reported DELETE_COMPLETE with why."""
+    def _delete(self, record: StackRecord, retain: Collection[str] = (), retain_reason: str = "") -> None:
         self._secrets = secret_values(record.parameters, record.no_echo)
         self._stack_status(record, "DELETE_IN_PROGRESS", "")
         for resource in record.resources.values():
@@ -211,10 +266,14 @@ class Engine:
                 pending[node] = (token, timeout, properties)
                 request = build_request(context, UPDATE, node, spec.type, properties, existing.physical_id, existing.properties)
                 self._resource_status(record, existing, "UPDATE_IN_PROGRESS", "")
+                if is_cloud_token(token):
+                    return self._apply_cloud(UPDATE, existing, properties, existing.properties)
                 return Call(token, request, timeout)
             resource = ResourceRecord(node, spec.type, token, timeout, spec.deletion_policy, None, properties, {}, depends_on=depends_on)
             record.resources[node] = resource
             self._resource_status(record, resource, "CREATE_IN_PROGRESS", "")
+            if is_cloud_token(token):
+                return self._apply_cloud(CREATE, resource, properties)
             return Call(token, build_request(context, CREATE, node, spec.type, properties), timeout)
 
         def finish(node: str, outcome: Outcome) -> bool:
@@ -236,6 +295,8 @@ class Engine:
                 self._resource_status(record, resource, "CREATE_COMPLETE", "")
             else:
                 resource.service_token, resource.timeout, resource.properties = pending[node]
+                if is_cloud_token(resource.service_token) and outcome.physical_id:  # replaced on update
+                    resource.physical_id = outcome.physical_id
                 if outcome.data_given:
                     resource.data = outcome.data
                 self._resource_status(record, resource, "UPDATE_COMPLETE", "")
@@ -291,6 +352,8 @@ class Engine:
                     (rolled_from or {}).get(node, resource.properties),
                 )
                 self._resource_status(record, resource, "UPDATE_IN_PROGRESS", "Rollback to the previous properties")
+                if is_cloud_token(resource.service_token):
+                    return self._apply_cloud(UPDATE, resource, old.properties, (rolled_from or {}).get(node, resource.properties))
                 return Call(resource.service_token, request, old.timeout)
             if resource.deletion_policy == "Retain":
                 kinds[node] = _SKIPPED
@@ -304,6 +367,8 @@ class Engine:
             kinds[node] = DELETE
             request = build_request(context, DELETE, node, resource.resource_type, resource.properties, resource.physical_id)
             self._resource_status(record, resource, "DELETE_IN_PROGRESS", "")
+            if is_cloud_token(resource.service_token):
+                return self._apply_cloud(DELETE, resource, resource.properties)
             return Call(resource.service_token, request, resource.timeout)
 
         def finish(node: str, outcome: Outcome) -> bool:
@@ -316,6 +381,8 @@ class Engine:
                     return False
                 old = previous[node]
                 data = outcome.data if outcome.data_given else old.data
+                if is_cloud_token(resource.service_token) and outcome.physical_id:  # replaced back
+                    resource.physical_id = outcome.physical_id
                 resource.properties, resource.service_token, resource.timeout, resource.data = (
                     old.properties,
                     old.service_token,

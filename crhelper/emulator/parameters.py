@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from crhelper.texts import scalar_text
+
 PARAMETER_TYPES = ("String", "Number", "CommaDelimitedList", "Json", "Boolean")
 #: Keys ROS accepts on a parameter; the console-only ones are accepted and ignored.
 PARAMETER_KEYS = frozenset(
@@ -135,12 +137,8 @@ def parse_parameter_spec(name: str, raw: Any) -> tuple[ParameterSpec | None, lis
     return (spec if not errors else None), errors
 
 
-def _text_key(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
+#: A value as AllowedValues compare it (one rule with the AppCenter forms: `crhelper.texts`).
+_text_key = scalar_text
 
 
 def coerce_value(spec: ParameterSpec, value: Any, path: str) -> tuple[Any, list[str]]:

@@ -10,6 +10,8 @@ from typing import Any
 from ..constants import MAX_ROS_TIMEOUT
 from ..logs import redact_url
 from ..servicetoken import VALID_FORMS, ServiceTokenError, parse_service_token
+from .cloud_registry import cloud_token, cloud_type
+from .cloud_schema import CloudType, value_errors
 from .errors import ResolutionError, TemplateValidationError
 from .graph import DependencyGraph
 from .intrinsics import NO_VALUE, UNKNOWN, Evaluator, references
@@ -125,8 +127,14 @@ def _dry_run_errors(plan: Plan) -> list[str]:
 
 
 def resource_settings(plan: Plan, spec: ResourceSpec, lookup: ResourceLookup, dry_run: bool = False) -> tuple[Any, Any, Any]:
-    """(ServiceToken, Timeout seconds, Parameters) for one resource, checked against ROS rules."""
+    """(ServiceToken, Timeout seconds, Parameters) for one resource, checked against ROS rules.
+
+    For a local ALIYUN:: resource: (its `local-cloud:` token, DEFAULT_TIMEOUT, its Properties with
+    ROS's defaults filled in), every value checked against its type's declaration."""
     path = f"Resources.{spec.logical_id}.Properties"
+    local_type = cloud_type(spec.type)
+    if local_type is not None:
+        return cloud_token(spec.type), DEFAULT_TIMEOUT, _cloud_properties(plan, spec, local_type, lookup, dry_run)
     token = plan.evaluate(spec.service_token, f"{path}.ServiceToken", lookup, dry_run)
     if token is not UNKNOWN and (not isinstance(token, str) or not token or len(token) > MAX_SERVICE_TOKEN_CHARS):
         raise ResolutionError(f"{path}.ServiceToken", f"must be a non-empty string of at most {MAX_SERVICE_TOKEN_CHARS} characters")
@@ -147,6 +155,19 @@ def resource_settings(plan: Plan, spec: ResourceSpec, lookup: ResourceLookup, dr
     if parameters is not UNKNOWN and not isinstance(parameters, dict):
         raise ResolutionError(f"{path}.Parameters", f"must be a map, got {type(parameters).__name__}")
     return token, timeout, parameters
+
+
+def _cloud_properties(plan: Plan, spec: ResourceSpec, local_type: CloudType, lookup: ResourceLookup, dry_run: bool) -> Any:
+    path = f"Resources.{spec.logical_id}.Properties"
+    properties = plan.evaluate(spec.parameters, path, lookup, dry_run)
+    if properties is UNKNOWN:
+        return properties
+    properties = {k: v for k, v in (properties or {}).items() if v is not NO_VALUE}
+    errors = value_errors(local_type, properties, path)
+    if errors:
+        where, _, message = errors[0].partition(": ")
+        raise ResolutionError(where, "; ".join([message, *errors[1:]]))
+    return local_type.with_defaults(properties)
 
 
 def http_configs(plan: Plan) -> dict[str, dict[str, Any]]:

@@ -2,6 +2,8 @@
 
 `load_template` returns a `Template` or raises TemplateValidationError listing every problem
 with its key path, e.g. `Resources.Echo.Properties.Parameters.Text: Ref to unknown name 'X'`.
+The ALIYUN:: types of `cloud_registry` are checked against their declared properties and
+attributes; every other ALIYUN:: type is refused.
 """
 
 from __future__ import annotations
@@ -10,8 +12,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from .cloud_registry import cloud_type
+from .cloud_schema import CloudType, template_errors
 from .errors import TemplateValidationError
-from .intrinsics import Scope, check, check_condition
+from .intrinsics import Scope, check, check_condition, get_att_args
 from .parameters import ParameterSpec, parse_parameter_spec
 from .document import parse_document
 
@@ -140,6 +144,12 @@ def _build(document: Any, errors: list[str]) -> Template | None:
         output = _output(str(name), raw, scope, errors)
         if output is not None:
             outputs[str(name)] = output
+    local_types = {name: local for name, spec in resources.items() if (local := cloud_type(spec.type)) is not None}
+    if local_types:
+        for name, raw in raw_resources.items():
+            errors.extend(_attribute_errors(raw, f"Resources.{name}", local_types))
+        for name, raw in raw_outputs.items():
+            errors.extend(_attribute_errors(raw, f"Outputs.{name}", local_types))
     description = document.get("Description")
     return Template(
         parameters=parameters,
@@ -178,6 +188,9 @@ def _resource(name: str, raw: Any, scope: Scope, errors: list[str]) -> ResourceS
         if key not in RESOURCE_KEYS:
             errors.append(f"{path}.{key}: unknown resource key")
     rtype = raw.get("Type")
+    local_type = cloud_type(rtype) if isinstance(rtype, str) else None
+    if local_type is not None:
+        return _cloud_resource(name, raw, local_type, scope, errors)
     if not isinstance(rtype, str) or not (rtype == GENERIC_TYPE or _CUSTOM_TYPE.fullmatch(rtype)):
         errors.append(
             f"{path}.Type: unsupported resource type {rtype!r}; the emulator runs "
@@ -195,6 +208,70 @@ def _resource(name: str, raw: Any, scope: Scope, errors: list[str]) -> ResourceS
     for key in ("ServiceToken", "Timeout", "Parameters", "HttpConfig"):
         if key in properties:
             errors.extend(check(properties[key], f"{path}.Properties.{key}", scope))
+    depends_on = _depends_on(name, raw, scope, errors)
+    policy = _deletion_policy(raw, path, errors)
+    condition = _condition_name(raw.get("Condition"), f"{path}.Condition", scope, errors)
+    return ResourceSpec(
+        logical_id=name,
+        type=rtype if isinstance(rtype, str) else "",
+        service_token=properties.get("ServiceToken"),
+        timeout=properties.get("Timeout"),
+        parameters=properties.get("Parameters", {}),
+        condition=condition,
+        depends_on=depends_on,
+        deletion_policy=policy,
+        http_config=properties.get("HttpConfig"),
+    )
+
+
+def _cloud_resource(name: str, raw: dict[str, Any], local_type: CloudType, scope: Scope, errors: list[str]) -> ResourceSpec:
+    """An ALIYUN:: type run as a local resource: its Properties are checked against its declaration;
+    the spec's `parameters` hold them (no ServiceToken: the engine applies them itself)."""
+    path = f"Resources.{name}"
+    properties = raw.get("Properties", {})
+    errors.extend(template_errors(local_type, properties, f"{path}.Properties"))
+    if isinstance(properties, dict):
+        errors.extend(check(properties, f"{path}.Properties", scope))
+    return ResourceSpec(
+        logical_id=name,
+        type=local_type.name,
+        service_token=None,
+        timeout=None,
+        parameters=properties if isinstance(properties, dict) else {},
+        condition=_condition_name(raw.get("Condition"), f"{path}.Condition", scope, errors),
+        depends_on=_depends_on(name, raw, scope, errors),
+        deletion_policy=_deletion_policy(raw, path, errors),
+    )
+
+
+def _attribute_errors(expr: Any, path: str, local_types: dict[str, CloudType]) -> list[str]:
+    """`Fn::GetAtt` of a local ALIYUN:: resource must name one of its type's attributes."""
+    if isinstance(expr, list):
+        return [e for index, item in enumerate(expr) for e in _attribute_errors(item, f"{path}[{index}]", local_types)]
+    if not isinstance(expr, dict):
+        return []
+    errors: list[str] = []
+    if len(expr) == 1 and "Fn::GetAtt" in expr:
+        parsed = get_att_args(expr["Fn::GetAtt"])
+        local = local_types.get(parsed[0]) if parsed is not None else None
+        if parsed is not None and local is not None and parsed[1] not in local.attribute_names:
+            errors.append(f"{path}: Fn::GetAtt: {local.name} resource '{parsed[0]}' has no attribute '{parsed[1]}' "
+                          f"(attributes: {', '.join(local.attribute_names) or 'none'})")
+        return errors
+    for key, value in expr.items():
+        errors.extend(_attribute_errors(value, f"{path}.{key}", local_types))
+    return errors
+
+
+def _deletion_policy(raw: dict[str, Any], path: str, errors: list[str]) -> str:
+    policy = raw.get("DeletionPolicy", "Delete")
+    if policy not in DELETION_POLICIES:
+        errors.append(f"{path}.DeletionPolicy: must be Delete or Retain, got {policy!r}")
+    return policy if policy in DELETION_POLICIES else "Delete"
+
+
+def _depends_on(name: str, raw: dict[str, Any], scope: Scope, errors: list[str]) -> tuple[str, ...]:
+    path = f"Resources.{name}"
     depends_on_raw = raw.get("DependsOn", [])
     depends_on = [depends_on_raw] if isinstance(depends_on_raw, str) else depends_on_raw
     if not isinstance(depends_on, list) or not all(isinstance(d, str) for d in depends_on):
@@ -205,21 +282,7 @@ def _resource(name: str, raw: Any, scope: Scope, errors: list[str]) -> ResourceS
             errors.append(f"{path}.DependsOn: unknown resource '{target}'")
         elif target == name:
             errors.append(f"{path}.DependsOn: a resource cannot depend on itself")
-    policy = raw.get("DeletionPolicy", "Delete")
-    if policy not in DELETION_POLICIES:
-        errors.append(f"{path}.DeletionPolicy: must be Delete or Retain, got {policy!r}")
-    condition = _condition_name(raw.get("Condition"), f"{path}.Condition", scope, errors)
-    return ResourceSpec(
-        logical_id=name,
-        type=rtype if isinstance(rtype, str) else "",
-        service_token=properties.get("ServiceToken"),
-        timeout=properties.get("Timeout"),
-        parameters=properties.get("Parameters", {}),
-        condition=condition,
-        depends_on=tuple(dict.fromkeys(depends_on)),
-        deletion_policy=policy if policy in DELETION_POLICIES else "Delete",
-        http_config=properties.get("HttpConfig"),
-    )
+    return tuple(dict.fromkeys(depends_on))
 
 
 def _output(name: str, raw: Any, scope: Scope, errors: list[str]) -> OutputSpec | None:

@@ -25,7 +25,8 @@ from crhelper.cloud.signing.replay import ReplayCache
 from crhelper.local.ecs_params import Params, invalid, missing, page
 from crhelper.servers import ApiResponse
 from crhelper.local.ecs_state import (
-    STATUSES, STOPPED_MODES, EcsError, Fleet, Instance, InstanceSpec, Invocation, InvocationTarget, Transition,
+    DATA_DISK, DISK_CATEGORIES, DISK_SIZES, STATUSES, STOPPED_MODES, SYSTEM_DISK, Disk, EcsError, Fleet, Instance,
+    InstanceSpec, Invocation, InvocationTarget, Transition,
     fill, invoke_record_status, invoke_status, new_invoke_ids, placeholders,
 )
 
@@ -39,7 +40,7 @@ MAX_COMMAND_CONTENT = 18 * 1024
 COMMAND_TYPES = ("RunShellScript", "RunBatScript", "RunPowerShellScript")
 BATCH_MODES = ("AllTogether", "SuccessFirst")
 #: Actions whose API has no RegionId (the instance id says where it is).
-REGIONLESS_ACTIONS = ("ModifyInstanceSpec", "ReplaceSystemDisk")
+REGIONLESS_ACTIONS = ("ModifyInstanceSpec", "ReplaceSystemDisk", "ResizeDisk")
 #: Tag keys only Alibaba's own services set (`acs:autoscaling:scalingGroupId`); a caller's are refused.
 RESERVED_TAG_PREFIXES = ("aliyun", "acs:")
 
@@ -122,6 +123,29 @@ def instance_view(instance: Instance) -> dict[str, Any]:
     }
 
 
+def _disk(params: Params, prefix: str, disk_type: str, default_size: int | None) -> tuple[int, str]:
+    """(size GiB, category) of RunInstances' `SystemDisk.*` or one `DataDisk.N.*`."""
+    low, high = DISK_SIZES[disk_type]
+    if default_size is None and not params.has(prefix + "Size"):
+        raise missing(prefix + "Size")
+    size = params.integer(prefix + "Size", default_size or low, low, high)
+    return size, params.choice(prefix + "Category", "cloud_essd", DISK_CATEGORIES)
+
+
+def disk_view(disk: Disk, instance: Instance) -> dict[str, Any]:
+    """DescribeDisks' Disk (the fields a caller reads)."""
+    return {
+        "DiskId": disk.disk_id, "DiskName": "", "Description": "", "Type": disk.disk_type, "Category": disk.category,
+        "Size": disk.size, "Device": disk.device, "Status": "In_use", "InstanceId": disk.instance_id,
+        "RegionId": instance.region_id, "ZoneId": instance.zone_id, "Portable": disk.disk_type == DATA_DISK,
+        "DeleteWithInstance": True, "DeleteAutoSnapshot": True, "Encrypted": False,
+        "ImageId": instance.image_id if disk.disk_type == SYSTEM_DISK else "",
+        "CreationTime": _iso(disk.created, minutes=True), "AttachedTime": _iso(disk.created, minutes=True),
+        "DiskChargeType": "PostPaid", "PerformanceLevel": "PL1" if disk.category == "cloud_essd" else "",
+        "Tags": {"Tag": []}, "OperationLocks": {"OperationLock": []},
+    }
+
+
 def _output(target: InvocationTarget, encoding: str) -> str:
     if encoding == "PlainText":
         return target.output.decode("utf-8", "replace")
@@ -194,6 +218,7 @@ class EcsApi:
             "DescribeCloudAssistantStatus": self._describe_cloud_assistant_status,
             "RunCommand": self._run_command, "DescribeInvocationResults": self._describe_invocation_results,
             "DescribeInvocations": self._describe_invocations,
+            "DescribeDisks": self._describe_disks, "ResizeDisk": self._resize_disk,
         }
 
     @property
@@ -368,6 +393,39 @@ class EcsApi:
         """A Stopped instance's new image (what an upgrade boots)."""
         return {"DiskId": "d-" + self._change_stopped(params, "ReplaceSystemDisk", "ImageId")[2:]}
 
+    def _resize_disk(self, params: Params) -> dict[str, Any]:
+        """A disk's larger NewSize; Type `offline` (default) or `online` (see Fleet.check_resize)."""
+        disk_id = params.required("DiskId", max_length=64)
+        if not params.has("NewSize"):
+            raise missing("NewSize")
+        new_size = params.integer("NewSize", 0, 1, 65536)
+        online = params.choice("Type", "offline", ("offline", "online")) == "online"
+        params.text("ClientToken", max_length=64)
+        self.fleet.check_resize(disk_id, new_size, online)
+        if params.boolean("DryRun"):
+            raise dry_run_passed()
+        self.fleet.resize_disk(disk_id, new_size, online)
+        return {}
+
+    def _describe_disks(self, params: Params) -> dict[str, Any]:
+        ids = params.json_strings("DiskIds", 100)
+        instance_id, zone = params.text("InstanceId"), params.text("ZoneId")
+        disk_type = params.choice("DiskType", "all", ("all", SYSTEM_DISK, DATA_DISK))
+        category = params.text("Category", "all")
+        if params.boolean("DryRun"):
+            raise dry_run_passed()
+
+        def wanted(disk: Disk) -> bool:
+            owner = self.fleet.get(disk.instance_id)
+            return ((ids is None or disk.disk_id in ids) and (not instance_id or disk.instance_id == instance_id)
+                    and (not zone or owner.zone_id == zone) and disk_type in ("all", disk.disk_type)
+                    and category in ("all", disk.category))
+
+        found: list[object] = [disk for disk in self.fleet.disks() if wanted(disk)]
+        chunk, paging = page(params, found, max_results=500, max_page_size=100)
+        return {**paging, "Disks": {"Disk": [disk_view(disk, self.fleet.get(disk.instance_id))
+                                            for disk in chunk if isinstance(disk, Disk)]}}
+
     # ------------------------------------------------------------------ describing
     def _describe_instance_status(self, params: Params) -> dict[str, Any]:
         wanted = params.listed("InstanceId", 100)
@@ -429,7 +487,11 @@ class EcsApi:
             instance_type=params.text("InstanceType", "ecs.local.small", max_length=64),
             image_id=params.text("ImageId", "local_linux_x64", max_length=128), zone_id=params.text("ZoneId"),
             description=params.text("Description", max_length=256),
-            user_data=params.values.get("UserData", "") if user_data is not None else "", tags=tags)
+            user_data=params.values.get("UserData", "") if user_data is not None else "", tags=tags,
+            system_disk=_disk(params, "SystemDisk.", SYSTEM_DISK, 40),
+            data_disks=tuple(_disk(Params({f"DataDisk.{n}.{k}": v for k, v in fields.items()}), f"DataDisk.{n}.",
+                                   DATA_DISK, None)
+                             for n, fields in enumerate(params.structs("DataDisk", 16), 1)))
         token = params.text("ClientToken", max_length=64)
         if params.boolean("DryRun"):
             raise dry_run_passed()

@@ -11,7 +11,9 @@ Stopping → Stopped after configurable delays; each has its own 127.0.0.N addre
 its UserData runs as a process group while it is Running (`ecs_guest`), and RunCommand runs for
 real (`ecs_assistant`; a repeated ClientToken runs nothing again, Tag.N marks the invocation for
 DescribeInvocations' filter). A Stopped instance takes a new type (ModifyInstanceSpec) or image
-(ReplaceSystemDisk). Tests queue faults (`inject_fault`) and read what was asked (`requests`).
+(ReplaceSystemDisk). Its disks are RunInstances' SystemDisk and DataDisk.N, listed by DescribeDisks
+and grown by ResizeDisk (larger only; online on a Running instance). Tests queue faults
+(`inject_fault`) and read what was asked (`requests`).
 
 Standalone: `python -m crhelper.local.ecs_server --instance web --instance db:Running`, with the
 access key taken from ALIBABA_CLOUD_ACCESS_KEY_ID / ALIBABA_CLOUD_ACCESS_KEY_SECRET.

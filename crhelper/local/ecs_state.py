@@ -36,6 +36,12 @@ STOPPED_CHANGES = {"ModifyInstanceSpec": "instance_type", "ReplaceSystemDisk": "
 #: Cloud Assistant keeps 24 KB of a command's output; `Dropped` counts the rest.
 MAX_OUTPUT_BYTES = 24 * 1024
 
+SYSTEM_DISK, DATA_DISK = "system", "data"
+DISK_CATEGORIES = ("cloud", "cloud_efficiency", "cloud_ssd", "cloud_essd", "cloud_auto", "cloud_essd_entry")
+#: (smallest, largest) GiB of a disk by type; a basic `cloud` data disk stops at 2000 GiB.
+DISK_SIZES = {SYSTEM_DISK: (20, 2048), DATA_DISK: (20, 32768)}
+BASIC_DATA_DISK_MAX = 2000
+
 
 class EcsError(Exception):
     """An ECS API error: HTTP status, `Code` and `Message` as the real endpoint answers them."""
@@ -74,6 +80,19 @@ class EcsTimings:
 
 
 @dataclass
+class Disk:
+    """A cloud disk attached to an instance (DescribeDisks' Disk): released with it."""
+
+    disk_id: str
+    instance_id: str
+    disk_type: str  #: SYSTEM_DISK | DATA_DISK
+    size: int  #: GiB
+    category: str = "cloud_essd"
+    device: str = "/dev/xvda"
+    created: float = 0.0
+
+
+@dataclass
 class Instance:
     """One instance as DescribeInstances shows it, plus where its state machine is headed."""
 
@@ -98,6 +117,8 @@ class Instance:
     path: tuple[str, ...] = ()
     due: float | None = None
     forced: bool = False
+    #: The system disk first, then the data disks in RunInstances' DataDisk.N order.
+    disks: list[Disk] = field(default_factory=list)
 
     def tag_value(self, key: str) -> str | None:
         return next((value for k, value in self.tags if k == key), None)
@@ -240,6 +261,9 @@ class InstanceSpec:
     user_data: str = ""
     tags: tuple[tuple[str, str], ...] = ()
     cloud_assistant: bool = True
+    system_disk: tuple[int, str] = (40, "cloud_essd")
+    #: (size GiB, category) of each data disk.
+    data_disks: tuple[tuple[int, str], ...] = ()
 
 
 class Fleet:
@@ -337,6 +361,9 @@ class Fleet:
                             image_id=spec.image_id, description=spec.description, user_data=spec.user_data,
                             tags=spec.tags, status=STOPPED, cloud_assistant=spec.cloud_assistant,
                             created=now, last_change=now)
+        for index, (size, category) in enumerate((spec.system_disk, *spec.data_disks)):
+            instance.disks.append(Disk(_new_id("d-"), instance_id, DATA_DISK if index else SYSTEM_DISK, size, category,
+                                       f"/dev/xvd{chr(ord('a') + index)}", now))
         self._instances[instance_id] = instance
         if status == RUNNING:
             self._move(instance, RUNNING, now)
@@ -425,6 +452,47 @@ class Fleet:
         instance = self.check_stopped_change(instance_id, action)
         setattr(instance, STOPPED_CHANGES[action], value)
         return instance
+
+    # ------------------------------------------------------------------ disks
+    def disks(self) -> list[Disk]:
+        """Every disk, by instance in creation order."""
+        return [disk for instance in self._instances.values() for disk in instance.disks]
+
+    def disk(self, disk_id: str) -> Disk:
+        found = next((disk for disk in self.disks() if disk.disk_id == disk_id), None)
+        if found is None:
+            raise EcsError(404, "InvalidDiskId.NotFound", f"The specified disk does not exist: {disk_id[:64]!r}.")
+        return found
+
+    def check_resize(self, disk_id: str, new_size: int, online: bool) -> Disk:
+        """ResizeDisk's rules: only larger, within the type's bounds; `online` (no restart) only on a
+        Running instance and not for a basic disk; offline on a Running or Stopped one (the new size
+        counts once it restarts; here at once)."""
+        disk = self.disk(disk_id)
+        instance = self.get(disk.instance_id)
+        low, high = DISK_SIZES[disk.disk_type]
+        if disk.disk_type == DATA_DISK and disk.category == "cloud":
+            high = BASIC_DATA_DISK_MAX
+        if new_size <= disk.size:
+            raise EcsError(403, "InvalidDiskSize.TooSmall",
+                           f"NewSize {new_size} GiB must be larger than the disk's size, {disk.size} GiB "
+                           f"(a disk cannot shrink).")
+        if not low <= new_size <= high:
+            raise EcsError(400, "InvalidDiskSize.ValueNotSupported",
+                           f"NewSize of a {disk.category} {disk.disk_type} disk: {low} to {high} GiB, got {new_size}.")
+        if online and disk.category == "cloud":
+            raise EcsError(403, "InvalidDiskCategory.NotSupported",
+                           "A basic disk (cloud) cannot be resized online; use Type offline.")
+        allowed = (RUNNING,) if online else (RUNNING, STOPPED)
+        if instance.status not in allowed:
+            raise incorrect_status(instance, f"ResizeDisk ({'online' if online else 'offline'})",
+                                   " or ".join(allowed))
+        return disk
+
+    def resize_disk(self, disk_id: str, new_size: int, online: bool) -> Disk:
+        disk = self.check_resize(disk_id, new_size, online)
+        disk.size = new_size
+        return disk
 
     def set_cloud_assistant(self, instance_id: str, enabled: bool) -> None:
         self.get(instance_id).cloud_assistant = enabled

@@ -1,5 +1,8 @@
-"""The invoke API as a function of (method, path, headers, body): no sockets here.
+"""The local FC's API as a function of (method, path, headers, body): no sockets here.
 
+FC 2.0 (`/2016-08-15/...`, FC's own signature) and FC 3.0 (`/2023-03-30/...`, ACS3-HMAC-SHA256;
+routes in `fc3_api`) side by side; management calls go to `fc_manage_api` / `fc3_api` over one
+`fc_manage.Management`, invocations of both versions to the one invoke path here.
 Order of checks follows FC: signature first, then route, function lookup, headers, payload.
 """
 from __future__ import annotations
@@ -11,8 +14,14 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 from urllib.parse import unquote, urlsplit
 
+from crhelper.cloud.signing.replay import nonce_cache
+from crhelper.local import fc3_api
+from crhelper.local.fc3_api import Fc3Api
 from crhelper.local.fc_async import AsyncDispatcher
-from crhelper.local.fc_auth import MAX_CLOCK_SKEW_SECONDS, AccessKey, verify_request
+from crhelper.local.fc_auth import MAX_CLOCK_SKEW_SECONDS, AccessKey, verify_signed_request
+from crhelper.local.fc_manage import Management
+from crhelper.local.fc_manage_api import Fc2ManagementApi, is_management_path
+from crhelper.local.fc_manage_timers import DueTimer, TimerFiring
 from crhelper.local.fc_protocol import (
     HEADER_ASYNC_DELAY, HEADER_DURATION, HEADER_ERROR_TYPE, HEADER_INVOCATION_TYPE,
     HEADER_LOG_RESULT, HEADER_LOG_TYPE, HEADER_REQUEST_ID, LOG_TAIL_BYTES,
@@ -23,7 +32,7 @@ from crhelper.local.fc_protocol import (
 from crhelper.local.fc_records import (
     DROPPED, FAILED, SUCCEEDED, AttemptRecord, InvocationJournal, InvocationRecord,
 )
-from crhelper.local.fc_registry import FunctionRegistry
+from crhelper.local.fc_registry import FunctionRegistry, FunctionSpec
 from crhelper.local.fc_runner import InvocationRequest, InvocationResult, ProcessRunner
 from crhelper.servers import ApiResponse
 
@@ -48,7 +57,7 @@ class FcApi:
 
     def __init__(self, *, registry: FunctionRegistry, keys: Mapping[str, AccessKey],
                  runner: ProcessRunner, journal: InvocationJournal, role: AccessKey,
-                 account_id: str, region: str, endpoint: str,
+                 account_id: str, region: str, endpoint: str, management: Management,
                  async_settings: AsyncSettings = AsyncSettings(),
                  max_clock_skew: float = MAX_CLOCK_SKEW_SECONDS,
                  clock: Callable[[], float] = time.time) -> None:
@@ -63,6 +72,11 @@ class FcApi:
         self._max_skew = max_clock_skew
         self._clock = clock
         self._lock = threading.Lock()
+        self._management = management
+        self._fc2_manage = Fc2ManagementApi(management, region=region, account_id=account_id)
+        self._fc3 = Fc3Api(management, self.invoke, registry.lookup, region=region, account_id=account_id)
+        self._nonces = nonce_cache(max_clock_skew)
+        self._timers = TimerFiring(management.enabled_timers, self._fire_timer, clock=clock)
         self._pending: dict[str, InvocationRequest] = {}
         self._dispatcher = AsyncDispatcher(self._run_async_attempt, self._settle_async,
                                            workers=async_settings.workers,
@@ -71,12 +85,15 @@ class FcApi:
 
     def start(self) -> None:
         self._dispatcher.start()
+        self._timers.start()
 
     def stop(self) -> None:
         """Kill running workers, stop the queue and mark never-finished async requests dropped."""
+        self._timers.stop()
         self._runner.kill_all()
         for request_id in self._dispatcher.stop():
             self._journal.settle(request_id, DROPPED)
+        self._management.close()
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         return self._dispatcher.wait_idle(timeout)
@@ -85,28 +102,47 @@ class FcApi:
                body: bytes) -> ApiResponse:
         """`headers` must have lower-cased names."""
         request_id = str(uuid.uuid4())
+        fc3 = raw_path.startswith(fc3_api.PREFIX)
         try:
+            if fc3:
+                verify_signed_request(method, raw_path, headers, body, self._keys, self._clock(), self._nonces,
+                                      self._max_skew, acs3_default=True)
+                return self._fc3.handle(request_id, method, raw_path, headers, body)
             return self._handle(request_id, method, raw_path, headers, body)
         except FcApiError as err:
-            return ApiResponse(err.status, {HEADER_REQUEST_ID: request_id,
-                                            "Content-Type": "application/json"}, err.body())
+            return ApiResponse(err.status, {HEADER_REQUEST_ID: request_id, "Content-Type": "application/json"},
+                               fc3_api.error_body(err, request_id) if fc3 else err.body())
 
     def _handle(self, request_id: str, method: str, raw_path: str, headers: Mapping[str, str],
                 body: bytes) -> ApiResponse:
-        path = unquote(urlsplit(raw_path).path)
-        verify_request(method, path, headers, self._keys, self._clock(), self._max_skew)
+        split = urlsplit(raw_path)
+        path = unquote(split.path)
+        verify_signed_request(method, raw_path, headers, body, self._keys, self._clock(), self._nonces, self._max_skew,
+                              acs3_default=False)
         target = parse_invocation_path(path)
+        if target is None and is_management_path(path):
+            return self._fc2_manage.handle(request_id, method, path, split.query, body)
         if method.upper() != "POST" or target is None:
             raise path_not_supported(method.upper(), path)
         spec = self._registry.lookup(target.service, target.function)
+        return self.invoke(request_id, spec, target.qualifier, headers, body)
+
+    def invoke(self, request_id: str, spec: FunctionSpec, qualifier: str | None, headers: Mapping[str, str],
+               body: bytes) -> ApiResponse:
+        """Run an invocation of either API version: sync, or accepted for the async queue."""
         invocation_type = parse_invocation_type(headers.get(HEADER_INVOCATION_TYPE))
         check_payload_size(len(body), invocation_type)
-        request = InvocationRequest(request_id=request_id, spec=spec, qualifier=target.qualifier,
+        request = InvocationRequest(request_id=request_id, spec=spec, qualifier=qualifier,
                                     payload=body, role=self._role, account_id=self._account_id,
                                     region=self._region, endpoint=self._endpoint)
         if invocation_type == "Async":
             return self._accept_async(request, parse_async_delay(headers.get(HEADER_ASYNC_DELAY)))
         return self._invoke_sync(request, wants_log_tail(headers.get(HEADER_LOG_TYPE)))
+
+    def _fire_timer(self, timer: DueTimer, event: bytes) -> None:
+        """A timer trigger's invocation: asynchronous, as FC's time trigger invokes."""
+        spec = self._registry.lookup(timer.service, timer.function)
+        self.invoke(str(uuid.uuid4()), spec, timer.qualifier, {HEADER_INVOCATION_TYPE: "Async"}, event)
 
     def _record(self, request: InvocationRequest, invocation_type: str,
                 delay: int) -> InvocationRecord:
@@ -135,7 +171,8 @@ class FcApi:
         with self._lock:
             self._pending[request.request_id] = request
         self._journal.open(self._record(request, "Async", delay))
-        self._dispatcher.submit(request.request_id, delay)
+        retries = self._management.max_async_retries(request.spec.service, request.spec.function, request.qualifier)
+        self._dispatcher.submit(request.request_id, delay, retries)
         return ApiResponse(202, {HEADER_REQUEST_ID: request.request_id}, b"")
 
     def _run_async_attempt(self, request_id: str, number: int) -> bool:

@@ -2,7 +2,8 @@
 
 The dispatcher only handles request ids and timing; what an attempt does is the `execute`
 callback, and the final verdict goes to `settle`. Failed attempts are retried up to
-`max_retries` times (FC's maxAsyncRetryAttempts, default 3) with exponential back-off.
+`max_retries` times (FC's maxAsyncRetryAttempts, default 3; a function's async configuration may
+set its own per request) with exponential back-off.
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ class AsyncDispatcher:
         self._heap: list[tuple[float, int, str, int]] = []  # (due, seq, request id, attempts done)
         self._seq = itertools.count()
         self._running = 0
+        self._retries: dict[str, int] = {}  # request id -> its own maxAsyncRetryAttempts
         self._stopping = False
         self._threads = [threading.Thread(target=self._loop, name=f"fc-async-{i}", daemon=True)
                          for i in range(workers)]
@@ -41,7 +43,10 @@ class AsyncDispatcher:
         for thread in self._threads:
             thread.start()
 
-    def submit(self, request_id: str, delay: float) -> None:
+    def submit(self, request_id: str, delay: float, max_retries: int | None = None) -> None:
+        if max_retries is not None:
+            with self._cond:
+                self._retries[request_id] = max_retries
         self._push(request_id, 0, delay)
 
     def _push(self, request_id: str, attempts_done: int, delay: float) -> None:
@@ -69,8 +74,12 @@ class AsyncDispatcher:
             except Exception:  # noqa: BLE001 - a broken attempt must not kill the worker thread
                 _log.exception("async attempt %d of %s crashed", attempts_done + 1, request_id)
                 ok = False
-            retry = not ok and attempts_done < self._max_retries
+            with self._cond:
+                allowed = self._retries.get(request_id, self._max_retries)
+            retry = not ok and attempts_done < allowed
             if not retry:
+                with self._cond:
+                    self._retries.pop(request_id, None)
                 self._settle(request_id, ok)
             with self._cond:
                 self._running -= 1

@@ -10,7 +10,10 @@ import base64
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from crhelper.servers import ApiResponse
 
 API_VERSION = "2016-08-15"
 SYNC_PAYLOAD_LIMIT = 32 * 1024 * 1024
@@ -112,6 +115,16 @@ def check_payload_size(size: int, invocation_type: str) -> None:
     if size > limit:
         raise FcApiError(400, "EntityTooLarge",
                          f"payload size exceeds maximum allowed size ({limit} bytes)")
+
+
+def management_response(request_id: str, result: Any) -> "ApiResponse":
+    """A management call's answer: its JSON document, or 204 No Content (`None`, a delete)."""
+    from crhelper.servers import ApiResponse
+
+    if result is None:
+        return ApiResponse(204, {HEADER_REQUEST_ID: request_id}, b"")
+    return ApiResponse(200, {HEADER_REQUEST_ID: request_id, "Content-Type": "application/json"},
+                       json.dumps(result).encode("utf-8"))
 
 
 def function_error_body(error: dict[str, Any]) -> bytes:

@@ -1,4 +1,6 @@
-"""Registered functions: (service, function) -> handler spec and runtime settings."""
+"""Registered functions: (service, function) -> handler spec and runtime settings.
+
+FC 3.0 has no services: its functions are held under the service name "" (`FC3_SERVICE`)."""
 from __future__ import annotations
 
 import re
@@ -10,6 +12,8 @@ from typing import Mapping
 from crhelper.local.fc_protocol import FcApiError
 
 MAX_TIMEOUT_SECONDS = 86400
+#: The service name of FC 3.0 functions (which belong to no service).
+FC3_SERVICE = ""
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,127}$")
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
@@ -44,6 +48,8 @@ class FunctionSpec:
 
     def __post_init__(self) -> None:
         for label, name in (("service", self.service), ("function", self.function)):
+            if label == "service" and name == FC3_SERVICE:
+                continue
             if not _NAME.match(name):
                 raise ValueError(f"{label} name {name!r} must start with a letter or '_' and "
                                  "contain only letters, digits, '_' and '-' (max 128)")
@@ -66,17 +72,33 @@ class FunctionRegistry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._functions: dict[tuple[str, str], FunctionSpec] = {}
+        self._services: set[str] = set()  # created through the management API, maybe still empty
+
+    def add_service(self, service: str) -> None:
+        with self._lock:
+            self._services.add(service)
+
+    def remove_service(self, service: str) -> None:
+        with self._lock:
+            self._services.discard(service)
 
     def add(self, spec: FunctionSpec) -> None:
         with self._lock:
             self._functions[(spec.service, spec.function)] = spec
 
+    def remove(self, service: str, function: str) -> None:
+        with self._lock:
+            self._functions.pop((service, function), None)
+
     def lookup(self, service: str, function: str) -> FunctionSpec:
         with self._lock:
             spec = self._functions.get((service, function))
-            known_service = spec is not None or any(s == service for s, _ in self._functions)
+            known_service = (spec is not None or service in self._services
+                             or any(s == service for s, _ in self._functions))
         if spec is not None:
             return spec
+        if service == FC3_SERVICE:
+            raise FcApiError(404, "FunctionNotFound", f"function '{function}' does not exist")
         if not known_service:
             raise FcApiError(404, "ServiceNotFound", f"service '{service}' does not exist")
         raise FcApiError(404, "FunctionNotFound",

@@ -1,11 +1,19 @@
-"""A local Function Compute 2.0 endpoint that the real `fc2` SDK can invoke.
+"""A local Function Compute endpoint that the real SDKs call: FC 2.0 (`fc2`) and FC 3.0
+(`alibabacloud-fc20230330`), invocations and management calls.
 
     with LocalFunctionCompute() as fc:
         fc.register("svc", "fn", "index.handler", timeout=30)
         fc.client().invoke_function("svc", "fn", payload=b"{}")
+        fc.register("", "fn3", "index.handler")                # an FC 3.0 function (no service)
+        fc.client3().invoke_function("fn3", InvokeFunctionRequest(body=b"{}"))
 
-Standalone: `python -m crhelper.local.fc_server --function svc/fn=index.handler`, with the
-access key taken from ALIBABA_CLOUD_ACCESS_KEY_ID / ALIBABA_CLOUD_ACCESS_KEY_SECRET.
+Functions created through either API run their uploaded code (a zip, or an OSS object read through
+`oss_url`), unpacked under `state_dir` (default: a folder of its own under `$CRHELPER_HOME/fc-local`,
+made by the first deployed function and removed on stop).
+
+Standalone: `python -m crhelper.local.fc_server [--function svc/fn=index.handler]` (functions can also
+be created through either API), with the access key taken from ALIBABA_CLOUD_ACCESS_KEY_ID /
+ALIBABA_CLOUD_ACCESS_KEY_SECRET.
 """
 from __future__ import annotations
 
@@ -14,6 +22,7 @@ import logging
 import os
 import secrets
 import sys
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Mapping, Sequence
 from urllib.parse import urlsplit
@@ -21,10 +30,13 @@ from urllib.parse import urlsplit
 from crhelper.cloud.credentials import Credentials, missing_hint
 from crhelper.local.fc_api import AsyncSettings, FcApi
 from crhelper.local.fc_auth import MAX_CLOCK_SKEW_SECONDS, AccessKey
+from crhelper.local.fc_code import CodeLimits, CodeStore, oss_reader, remove_tree
+from crhelper.local.fc_manage import Management
 from crhelper.local.fc_protocol import FcApiError
 from crhelper.local.fc_records import InvocationJournal, InvocationRecord
 from crhelper.local.fc_registry import FunctionRegistry, FunctionSpec
 from crhelper.local.fc_runner import OutputCallback, ProcessRunner
+from crhelper.paths import state_dir as crhelper_state_dir
 from crhelper.servers import ApiRequestHandler, ApiResponse, LocalHTTPServer, ServerThread
 from crhelper.signals import stop_requested
 
@@ -89,7 +101,7 @@ class _FcRequestHandler(ApiRequestHandler):
 
 
 class LocalFunctionCompute:
-    """FC 2.0 invoke endpoint on 127.0.0.1 running registered Python handlers in worker processes.
+    """FC 2.0 and 3.0 endpoint on 127.0.0.1 running Python handlers in worker processes.
 
     `access_keys` maps AccessKey IDs to secrets accepted from callers (one pair is generated when
     omitted). Handlers get a separate STS credential (`role_credentials`) as `context.credentials`
@@ -104,7 +116,9 @@ class LocalFunctionCompute:
                  async_retry_delay: float = 1.0, code_paths: Sequence[str | os.PathLike[str]] = (),
                  inherit_sys_path: bool = True,
                  max_clock_skew: float = MAX_CLOCK_SKEW_SECONDS,
-                 on_output: OutputCallback | None = None) -> None:
+                 on_output: OutputCallback | None = None,
+                 state_dir: str | os.PathLike[str] | None = None, oss_url: str | None = None,
+                 code_limits: CodeLimits = CodeLimits()) -> None:
         if access_keys is None:
             access_keys = {"LTAI" + secrets.token_hex(8): secrets.token_urlsafe(24)}
         if not access_keys:
@@ -123,6 +137,10 @@ class LocalFunctionCompute:
         self._max_skew = max_clock_skew
         self._registry = FunctionRegistry()
         self._journal = InvocationJournal()
+        self._state_dir = Path(state_dir) if state_dir is not None else None
+        self._oss = oss_reader(oss_url) if oss_url else None  # a bad URL fails here, naming the rule
+        self._code_limits = code_limits
+        self._owned_dir: Path | None = None
         self._server: _FcHttpServer | None = None
         self._api: FcApi | None = None
         self._serving: ServerThread | None = None
@@ -144,7 +162,7 @@ class LocalFunctionCompute:
     def register(self, service: str, function: str, handler: str, timeout: float = 60,
                  memory: int = 128, env: Mapping[str, str] | None = None,
                  initializer: str | None = None) -> FunctionSpec:
-        """Add or replace a function; allowed before and after start()."""
+        """Add or replace a function (service "" for FC 3.0); allowed before and after start()."""
         spec = FunctionSpec(service, function, handler, timeout, memory, dict(env or {}),
                             initializer)
         self._registry.add(spec)
@@ -159,12 +177,19 @@ class LocalFunctionCompute:
         self._api = FcApi(registry=self._registry, keys=self._keys,
                           runner=ProcessRunner(code_paths, inherit, on_output=self._on_output), journal=self._journal,
                           role=self.role_credentials, account_id=self.account_id,
-                          region=self.region, endpoint=self.endpoint,
+                          region=self.region, endpoint=self.endpoint, management=self._management(),
                           async_settings=self._async, max_clock_skew=self._max_skew)
         server.api = self._api
         self._api.start()
         self._serving = ServerThread(server, "fc-local-http").start()
         return self
+
+    def _management(self) -> Management:
+        root = self._state_dir
+        if root is None:  # created by the first deployed function only
+            root = self._owned_dir = crhelper_state_dir("fc-local") / f"{os.getpid()}-{secrets.token_hex(4)}"
+        return Management(self._registry, CodeStore(root / "code", self._code_limits), oss=self._oss,
+                          limits=self._code_limits)
 
     def stop(self) -> None:
         """Stop serving, kill running workers and drop queued async invocations."""
@@ -178,6 +203,9 @@ class LocalFunctionCompute:
         self._serving.stop(join=None)
         self._server = None
         self._serving = None
+        if self._owned_dir is not None:
+            remove_tree(self._owned_dir)  # read-only code folders included
+            self._owned_dir = None
 
     def __enter__(self) -> "LocalFunctionCompute":
         return self.start()
@@ -208,6 +236,16 @@ class LocalFunctionCompute:
                           accessKeySecret=self.access_key_secret, **kwargs)
 
 
+    def client3(self, **kwargs: Any) -> Any:
+        """An FC 3.0 `alibabacloud_fc20230330` client signed with the primary access key."""
+        from alibabacloud_fc20230330.client import Client
+        from alibabacloud_tea_openapi.models import Config
+
+        host = urlsplit(self.endpoint).netloc
+        return Client(Config(access_key_id=self.access_key_id, access_key_secret=self.access_key_secret,
+                             endpoint=host, protocol="http", region_id=self.region, **kwargs))
+
+
 def _parse_function(value: str) -> tuple[str, str, str]:
     target, sep, handler = value.partition("=")
     service, slash, function = target.partition("/")
@@ -226,9 +264,10 @@ def _parse_env(value: str) -> tuple[str, str]:
 
 def _arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m crhelper.local.fc_server",
-                                     description="Local Function Compute 2.0 invoke endpoint.")
-    parser.add_argument("--function", action="append", type=_parse_function, required=True,
-                        metavar="SERVICE/FUNCTION=MODULE:ATTR")
+                                     description="Local Function Compute endpoint: the FC 2.0 and FC 3.0 APIs.")
+    parser.add_argument("--function", action="append", type=_parse_function, default=[],
+                        metavar="SERVICE/FUNCTION=MODULE:ATTR",
+                        help="a function served from this machine's code (more can be created through the APIs)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=60, help="function timeout in seconds")
@@ -240,6 +279,11 @@ def _arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--code-path", action="append", default=[],
                         help="directory added to the workers' sys.path")
     parser.add_argument("--max-async-retries", type=int, default=3)
+    parser.add_argument("--state-dir", default=None,
+                        help="where deployed code is unpacked (default: a fresh folder under $CRHELPER_HOME/fc-local)")
+    parser.add_argument("--oss-url", default=None, metavar="S3_URL",
+                        help="read code objects (code.ossBucketName/ossObjectName) through this S3/OSS endpoint, "
+                             "e.g. s3://any?endpoint=http://127.0.0.1:9000&addressing=path")
     return parser
 
 
@@ -252,7 +296,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     fc = LocalFunctionCompute(host=args.host, port=args.port,
                               access_keys={caller.access_key_id: caller.access_key_secret},
                               account_id=args.account_id, region=args.region,
-                              max_async_retries=args.max_async_retries, code_paths=args.code_path)
+                              max_async_retries=args.max_async_retries, code_paths=args.code_path,
+                              state_dir=args.state_dir, oss_url=args.oss_url)
     for service, function, handler in args.function:
         fc.register(service, function, handler, timeout=args.timeout, memory=args.memory,
                     env=dict(args.env))

@@ -1,8 +1,13 @@
-"""Worker process: runs one invocation like FC's Python runtime, then exits.
+"""Worker process: one Function Compute instance, running invocations one at a time as FC's Python
+runtime does, and keeping its modules between them (a warm instance).
 
-Run as `python -m crhelper.local.fc_worker`. The job arrives as JSON on stdin. The outcome is
-written as JSON to the original stdout, while fd 1 is pointed at stderr so everything the
-handler prints (stdout, stderr, logging) lands in one log stream the parent captures.
+Run as `python -m crhelper.local.fc_worker`, or forked by `crhelper.local.fc_fork` (`serve`). Jobs
+arrive as JSON lines on the job pipe (stdin when spawned), each outcome leaves as a JSON line on the
+result pipe (the original stdout), while fd 1 and 2 both point at the log stream, so everything the
+handler prints (stdout, stderr, logging) lands in the one stream the parent reads. After each job
+the job's `log_marker` line closes that invocation's part of the stream. fd 0 becomes /dev/null: a
+handler reading stdin must not eat the next job. The initializer runs once per instance (retried
+by the next job while it fails). The instance ends at the end of its job pipe.
 
 A worker dies with the endpoint that started it (`crhelper.local.processes.die_with_parent`, the
 one-invocation lifetime): the worker runs in its own session, so nothing else would end it when
@@ -26,7 +31,7 @@ from crhelper.local.fc_registry import split_handler
 from crhelper.local.processes import PARENT_PID_ENV, die_with_parent
 
 #: PARENT_PID_ENV stays importable from here: stand-in endpoints (tests) set it to start a worker by hand.
-__all__ = ["PARENT_PID_ENV", "encode_result", "main", "run_job"]
+__all__ = ["PARENT_PID_ENV", "encode_result", "main", "run_job", "serve"]
 
 _LOG_FORMAT = "%(asctime)s %(request_id)s [%(levelname)s] %(message)s"
 
@@ -99,13 +104,19 @@ def encode_result(result: Any) -> bytes:
     return json.dumps(result).encode("utf-8")
 
 
+#: Initializers that have run (successfully) in this instance.
+_initialized: set[str] = set()
+
+
 def _invoke(job: dict[str, Any], context: FCContext) -> bytes:
-    if job.get("initializer"):
-        initializer = _resolve(job["initializer"])
+    name = job.get("initializer")
+    if name and name not in _initialized:
+        initializer = _resolve(name)
         try:
             initializer(context)
         except BaseException as exc:  # noqa: BLE001
             raise _FunctionError(_error(exc)) from exc
+        _initialized.add(name)
     handler = _resolve(job["handler"])
     event = base64.b64decode(job["event"])
     try:
@@ -116,9 +127,9 @@ def _invoke(job: dict[str, Any], context: FCContext) -> bytes:
 
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """Run one job; the outcome dict is what the parent decodes."""
-    for path in reversed(job.get("sys_path", [])):
-        if path not in sys.path:
-            sys.path.insert(0, path)
+    wanted = list(job.get("sys_path", []))
+    if sys.path[:len(wanted)] != wanted:  # the job's order first (a deployed function's code dir leads)
+        sys.path[:] = wanted + [p for p in sys.path if p not in wanted]
     logger = _configure_logging(job["context"]["request_id"])
     context = build_context(job["context"], logger)
     try:
@@ -128,18 +139,38 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     return {"status": "success", "body": base64.b64encode(body).decode("ascii")}
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def serve(job_fd: int, result_fd: int) -> int:
+    """Run jobs from `job_fd` until it ends, one outcome line on `result_fd` each (fd 1 and 2 must
+    already be the log stream)."""
+    with os.fdopen(job_fd, "rb") as jobs:
+        for line in jobs:
+            if not line.strip():
+                continue
+            job = json.loads(line.decode("utf-8"))
+            outcome = run_job(job)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            _write_all(2, (str(job.get("log_marker", "")) + "\n").encode("utf-8"))
+            _write_all(result_fd, json.dumps(outcome).encode("utf-8") + b"\n")
+    return 0
+
+
 def main() -> int:
     die_with_parent()
-    job = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    job_fd = os.dup(0)
     result_fd = os.dup(1)
     sys.stdout.flush()
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
     os.dup2(2, 1)
-    outcome = run_job(job)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    with os.fdopen(result_fd, "wb") as out:
-        out.write(json.dumps(outcome).encode("utf-8"))
-    return 0
+    return serve(job_fd, result_fd)
 
 
 if __name__ == "__main__":

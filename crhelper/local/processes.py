@@ -2,12 +2,14 @@
 dying with the process that started them (FC workers; `cloud-apis.md` §4).
 
 `start_process(..., die_with_parent=True)` in the parent, `die_with_parent()` first thing in the
-child. Apart from `crhelper.local.supervisor` (resource processes under a daemon) because the FC
-worker imports this on every invocation: standard library only, no dataclasses, no pathlib.
+child. Apart from `crhelper.local.supervisor` (resource processes under a daemon) because every FC
+instance imports this as it starts: standard library only, no dataclasses, no pathlib. `find_python`
+is the one home of "which interpreter is Python 3.x here" (PATH, pyenv, pyenv's versions folder).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -106,3 +108,50 @@ def die_with_parent(env: MutableMapping[str, str] | None = None) -> None:
         os._exit(1)
     if not armed:
         threading.Thread(target=_watch_parent, args=(parent,), name="orphan-watch", daemon=True).start()
+
+
+_PROBE = "import sys; print(sys.executable)"
+
+
+def _real_interpreter(candidate: str) -> str | None:
+    """The interpreter `candidate` really runs (a pyenv shim resolves to its version's binary),
+    or None when it does not run (a shim for a version that is not active)."""
+    try:
+        probe = subprocess.run([candidate, "-c", _PROBE], stdin=subprocess.DEVNULL, capture_output=True,
+                               timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = probe.stdout.decode("utf-8", "replace").strip()
+    return found if probe.returncode == 0 and found and os.path.isfile(found) else None
+
+
+@functools.lru_cache(maxsize=None)
+def find_python(version: str) -> str | None:
+    """The interpreter for Python `version` ("3.10"), found the usual ways, in `.ci/run`'s order:
+    `python3.10` on PATH, `pyenv which python3.10`, then pyenv's versions folder; None when absent.
+    Cached per process: the answer only changes when someone installs a Python."""
+    import glob  # here, not at the top: every worker imports this module
+    import shutil
+
+    name = f"python{version}"
+    on_path = shutil.which(name)
+    if on_path is not None:
+        found = _real_interpreter(on_path)
+        if found is not None:
+            return found
+    pyenv = shutil.which("pyenv")
+    if pyenv is not None:
+        try:
+            which = subprocess.run([pyenv, "which", name], stdin=subprocess.DEVNULL, capture_output=True,
+                                   timeout=30, check=False)
+        except (OSError, subprocess.SubprocessError):
+            which = None
+        if which is not None and which.returncode == 0:
+            found = _real_interpreter(which.stdout.decode("utf-8", "replace").strip())
+            if found is not None:
+                return found
+    root = os.environ.get("PYENV_ROOT") or os.path.join(os.path.expanduser("~"), ".pyenv")
+    for candidate in sorted(glob.glob(os.path.join(glob.escape(root), "versions", f"{glob.escape(version)}.*", "bin", name))):
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return None

@@ -538,7 +538,7 @@ def tail_lines(path: str | os.PathLike[str], lines: int, max_bytes: int = 1024 *
 # ------------------------------------------------------------------------------------------- client
 DAEMON_MODULE = "crhelper.local.supervisor_daemon"
 #: Requests safe to send again when the daemon went away before answering.
-_RETRYABLE = frozenset({"ping", "list", "start", "stop", "stop_owner", "stop_all"})
+_RETRYABLE = frozenset({"ping", "list", "start", "start_many", "stop", "stop_many", "stop_owner", "stop_all"})
 _RELAUNCH_SECONDS = 0.5
 
 
@@ -568,17 +568,77 @@ class SupervisorClient:
         `running`). Its environment is PATH, HOME, LANG and the like from the daemon, plus `env`;
         output goes to `log_path` (default `supervisor/logs/<name>.log`). Starting a running name
         with the same spec returns it; with another spec raises SpecConflict."""
+        spec = self.spec(name, argv, owner=owner, cwd=cwd, env=env, log_path=log_path, ready=ready)
+        return ProcessStatus.from_json(self._call({"op": "start", "spec": spec.to_json()}))
+
+    @staticmethod
+    def spec(name: str, argv: Sequence[str], *, owner: str = "", cwd: str | None = None,
+             env: Mapping[str, str] | None = None, log_path: str | os.PathLike[str] | None = None,
+             ready: Tuple[str, int] | None = None) -> ProcessSpec:
+        """The checked spec `start` sends (arguments as there), for `start_many`."""
         host, port = ready if ready is not None else ("", 0)
         spec = ProcessSpec(name=name, argv=tuple(argv), owner=owner, cwd=os.path.abspath(cwd or os.getcwd()),
                            env=dict(env or {}), log_path=os.path.abspath(log_path) if log_path else "",
                            ready_host=host, ready_port=port)
         spec.check()
-        return ProcessStatus.from_json(self._call({"op": "start", "spec": spec.to_json()}))
+        return spec
+
+    def start_many(self, specs: Sequence[ProcessSpec]) -> List[ProcessStatus]:
+        """Start several processes in one request (`spec()` builds each; each behaves as `start`):
+        the daemon spawns them one after the other without waiting on any, and writes its state
+        file once. Every spec is tried; then the first that failed raises its SupervisorError
+        (the ones started stay started: starting them again returns them)."""
+        if not specs:
+            return []
+        for spec in specs:
+            spec.check()
+        message = {"op": "start_many", "specs": [spec.to_json() for spec in specs]}
+        try:
+            answers = self._call(message)
+        except SupervisorError as exc:
+            if exc.code != BAD_REQUEST or not str(exc).startswith("op:"):
+                raise
+            # a daemon from before start_many (it answered "op: one of ..."): one request each
+            return [ProcessStatus.from_json(self._call({"op": "start", "spec": spec.to_json()})) for spec in specs]
+        started, failure = [], None
+        for answer in answers:
+            if answer.get("ok"):
+                started.append(ProcessStatus.from_json(answer["result"]))
+            elif failure is None:
+                error = answer.get("error") or {}
+                failure = SupervisorError(str(error.get("code", INTERNAL)), str(error.get("message", "start failed")))
+        if failure is not None:
+            raise failure
+        return started
 
     def stop(self, name: str, *, grace: float | None = None, forget: bool = False) -> ProcessStatus:
         """SIGTERM its process group, SIGKILL after `grace`; `forget` also drops its record."""
         message = {"op": "stop", "name": name, "grace": grace, "forget": forget}
         return ProcessStatus.from_json(self._maybe_offline(message, lambda records: self._stop_offline(records, message)))
+
+    def stop_many(self, names: Sequence[str] = (), *, owners: Sequence[str] = (), grace: float | None = None,
+                  forget: bool = False) -> List[ProcessStatus]:
+        """`stop` for several names and every process of several `owners`, in one request, at once
+        (one grace for all); names not on record are skipped (e.g. the processes of finished
+        commands, forgotten together)."""
+        if not names and not owners:
+            return []
+        message = {"op": "stop_many", "names": list(names), "owners": list(owners), "grace": grace, "forget": forget}
+        try:
+            answer = self._maybe_offline(message, lambda records: self._stop_names_offline(records, message))
+        except SupervisorError as exc:
+            if exc.code != BAD_REQUEST or not str(exc).startswith("op:"):
+                raise
+            answer = []  # a daemon from before stop_many: one request each
+            for owner in owners:
+                answer += [status.to_json() for status in self.stop_owner(owner, grace=grace, forget=forget)]
+            for name in names:
+                try:
+                    answer.append(self.stop(name, grace=grace, forget=forget).to_json())
+                except SupervisorError as missing:
+                    if missing.code != NOT_FOUND:
+                        raise
+        return [ProcessStatus.from_json(item) for item in answer]
 
     def restart(self, name: str, *, grace: float | None = None) -> ProcessStatus:
         """Stop it (if it runs) and start it again with the same spec."""
@@ -757,6 +817,17 @@ class SupervisorClient:
             del records[name]
             save_records(self.paths.state, records)
         return record.status().to_json()
+
+    def _stop_names_offline(self, records: Dict[str, ProcessRecord], message: Mapping[str, Any]) -> List[Dict[str, Any]]:
+        owners = set(message["owners"])
+        chosen = [name for name in dict.fromkeys(message["names"]) if name in records]
+        chosen += [name for name, record in records.items() if record.spec.owner in owners and name not in chosen]
+        mine = [records[name] for name in chosen]
+        if message.get("forget") and mine:
+            for record in mine:
+                del records[record.spec.name]
+            save_records(self.paths.state, records)
+        return [r.status().to_json() for r in mine]
 
     def _stop_owner_offline(self, records: Dict[str, ProcessRecord], message: Mapping[str, Any]) -> List[Dict[str, Any]]:
         mine = [r for r in records.values() if r.spec.owner == message["owner"]]

@@ -51,6 +51,10 @@ BASE_ENV_KEYS = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_ALL"
 _MAX_GRACE = 3600.0
 _LOCK_WAIT_SECONDS = 1.0
 _REQUEST_READ_TIMEOUT = 10.0
+#: Most specs one start_many request may carry (a cluster's nodes, a tier's instances).
+_MAX_BATCH = 1000
+#: Threads that spawn the processes of one start_many.
+_SPAWN_THREADS = 8
 _MAX_DAEMON_LOG_BYTES = 1024 * 1024
 _NOTE_ADOPTED = "adopted by a new supervisor daemon: its exit code will be unknown"
 _NOTE_LOST = "exited while no supervisor daemon watched it: exit code unknown"
@@ -190,6 +194,53 @@ class Supervisor:
             spec = replace(spec, log_path=str(self.paths.log_for(spec.name)))
         return self.start(spec).status().to_json()
 
+    def _start_many(self, message: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Several starts in one request: each spec as `start`, one state-file write for all of
+        them; one item's failure (a conflict, a program that cannot start) is its own answer."""
+        raw = message.get("specs")
+        if not isinstance(raw, list) or len(raw) > _MAX_BATCH:
+            raise SupervisorError(BAD_REQUEST, f"specs: a list of at most {_MAX_BATCH} process specs")
+        specs = []
+        for index, item in enumerate(raw):
+            try:
+                spec = ProcessSpec.from_json(item)
+            except SupervisorError as exc:
+                raise SupervisorError(exc.code, f"specs[{index}]: {exc}") from None
+            specs.append(spec if spec.log_path else replace(spec, log_path=str(self.paths.log_for(spec.name))))
+        names = [spec.name for spec in specs]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise SupervisorError(BAD_REQUEST, f"specs: each name at most once ({', '.join(twice)[:200]} repeated)")
+        def one(spec: ProcessSpec) -> dict[str, Any]:
+            try:
+                return {"ok": True, "result": self.start(spec, save=False).status().to_json()}
+            except SupervisorError as exc:
+                return {"ok": False, "error": {"code": exc.code, "message": str(exc)}}
+
+        try:  # spawned together: each spawn waits for its child's exec, which the others overlap
+            if len(specs) < 2:
+                return [one(spec) for spec in specs]
+            with concurrent.futures.ThreadPoolExecutor(max_workers=min(_SPAWN_THREADS, len(specs)),
+                                                       thread_name_prefix="spawn") as pool:
+                return list(pool.map(one, specs))
+        finally:
+            self._save()  # on record, all of them, before the client hears of any
+
+    def _stop_names(self, message: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Stop (and with `forget`, drop) at once the named processes and every process of the
+        `owners`; names not on record are skipped."""
+        names, owners = message.get("names", []), message.get("owners", [])
+        if not isinstance(names, list) or not all(isinstance(name, str) and name for name in names):
+            raise SupervisorError(BAD_REQUEST, "names: a list of names of supervised processes")
+        if not isinstance(owners, list) or not all(isinstance(owner, str) for owner in owners):
+            raise SupervisorError(BAD_REQUEST, "owners: a list of owner labels")
+        wanted = set(owners)
+        with self._lock:
+            known = [name for name in dict.fromkeys(names) if name in self._records]
+            known += [name for name, record in self._records.items() if record.spec.owner in wanted and name not in known]
+        records = self._stop_many(known, _grace(message, self.settings), bool(message.get("forget")))
+        return [r.status().to_json() for r in records]
+
     def _stop(self, message: Mapping[str, Any]) -> dict[str, Any]:
         return self.stop(_name(message), _grace(message, self.settings), bool(message.get("forget"))).status().to_json()
 
@@ -220,7 +271,7 @@ class Supervisor:
         return [r.status().to_json() for r in records]
 
     _OPERATIONS: Dict[str, Callable[["Supervisor", Mapping[str, Any]], Any]] = {
-        "ping": _ping, "start": _start, "stop": _stop, "restart": _restart, "list": _list,
+        "ping": _ping, "start": _start, "start_many": _start_many, "stop": _stop, "stop_many": _stop_names, "restart": _restart, "list": _list,
         "stop_owner": _stop_owner, "stop_all": _stop_all,
     }
 
@@ -236,7 +287,9 @@ class Supervisor:
             raise SupervisorError(NOT_FOUND, f"no supervised process named {name!r} in {self.paths.folder.parent}")
         return record
 
-    def start(self, spec: ProcessSpec) -> ProcessRecord:
+    def start(self, spec: ProcessSpec, save: bool = True) -> ProcessRecord:
+        """Start `spec` (or return its live record); `save=False` leaves the state-file write to
+        the caller, which must make it before answering (`_start_many`: one write for a batch)."""
         with self._name_lock(spec.name):
             with self._lock:
                 record = self._records.get(spec.name)
@@ -247,9 +300,9 @@ class Supervisor:
                                           f"{', '.join(differences)}; stop it first or choose another name")
                 return record
             same = record is not None and not record.spec.differences(spec)
-            return self._spawn(spec, record.restarts + 1 if record is not None and same else 0)
+            return self._spawn(spec, record.restarts + 1 if record is not None and same else 0, save)
 
-    def _spawn(self, spec: ProcessSpec, restarts: int) -> ProcessRecord:
+    def _spawn(self, spec: ProcessSpec, restarts: int, save: bool = True) -> ProcessRecord:
         log_path = Path(spec.log_path)
         log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         descriptor = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -279,7 +332,8 @@ class Supervisor:
             os.close(descriptor)
         # On record before the client hears of it. A daemon killed between the spawn and this write leaves
         # the process unrecorded and the client unanswered, as when the spawn and the write shared the lock.
-        self._save()
+        if save:
+            self._save()
         log.info("started", extra={"fields": {"name": spec.name, "pid": proc.pid, "owner": spec.owner}})
         return record
 

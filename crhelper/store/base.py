@@ -265,6 +265,18 @@ class Store(Protocol):
         """Create the record IN_PROGRESS for `owner` unless a live or completed one exists."""
         ...
 
+    def claim_with_continuation(
+        self,
+        key: IdempotencyKey,
+        continuation: Continuation,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        ttl_seconds: float = DEFAULT_TTL_SECONDS,
+    ) -> ClaimResult:
+        """`claim(key, continuation.id, ...)` and, only when the claim owns the request,
+        `put_continuation(continuation)`, as one write: a fresh request costs one transaction, and a
+        crash leaves both or neither. Raises StoreConflict (claiming nothing) if the id exists."""
+        ...
+
     def renew(self, key: IdempotencyKey, owner: str, lease_seconds: float) -> bool:
         """Extend the owner's lease; False if `owner` no longer holds an IN_PROGRESS record."""
         ...
@@ -283,6 +295,11 @@ class Store(Protocol):
 
     def mark_delivered(self, key: IdempotencyKey, owner: str) -> bool:
         """Record that the COMPLETED answer of `owner` reached the ResponseURL; False otherwise."""
+        ...
+
+    def mark_delivered_and_delete(self, key: IdempotencyKey, owner: str, continuation_id: str) -> bool:
+        """`mark_delivered(key, owner)` and `delete_continuation(continuation_id)` (whatever the mark
+        found) as one write: the end of a request answered in its first call. Returns the mark's result."""
         ...
 
     def adopt(self, key: IdempotencyKey, owner: str, new_owner: str) -> bool:

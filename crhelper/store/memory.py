@@ -66,6 +66,34 @@ class MemoryStore(transitions.AppliedTransitions):
                 self._records[key] = _copied_record(to_write)
             return result
 
+    def claim_with_continuation(
+        self,
+        key: IdempotencyKey,
+        continuation: Continuation,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        ttl_seconds: float = DEFAULT_TTL_SECONDS,
+    ) -> ClaimResult:
+        stored = _copied_continuation(continuation)
+        with self._lock:
+            if continuation.id in self._continuations:
+                raise StoreConflict("continuation id already exists")
+            result, to_write = transitions.decide_claim(
+                self._records.get(key), key, continuation.id, self._clock(), lease_seconds, ttl_seconds, None
+            )
+            if to_write is not None:
+                self._records[key] = _copied_record(to_write)
+            if result.owns:
+                self._continuations[continuation.id] = stored
+            return result
+
+    def mark_delivered_and_delete(self, key: IdempotencyKey, owner: str, continuation_id: str) -> bool:
+        with self._lock:
+            new = transitions.delivered(self._records.get(key), owner, self._clock())
+            if new is not None:
+                self._records[key] = _copied_record(new)
+            self._continuations.pop(continuation_id, None)
+            return new is not None
+
     def _apply(self, key: IdempotencyKey, step: transitions.Step) -> bool:
         with self._lock:
             new = step(self._records.get(key), self._clock())

@@ -224,6 +224,30 @@ class S3Store:
                 return replace(result, record=replace(to_write, version=seq))
         raise StoreError("store s3 claim lost too many races in a row")
 
+    def claim_with_continuation(
+        self,
+        key: IdempotencyKey,
+        continuation: Continuation,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        ttl_seconds: float = DEFAULT_TTL_SECONDS,
+    ) -> ClaimResult:
+        """Two logs cannot change in one conditional write, so the continuation is created first and
+        withdrawn when the claim does not own the request: a crash after the first write leaves a
+        continuation whose short lease lapses, and recovery claims and runs the request. (Claiming
+        first would leave, after a crash, a claim held to the deadline with nothing to resume.)"""
+        self.put_continuation(continuation)
+        result = self.claim(key, continuation.id, lease_seconds, ttl_seconds)
+        if not result.owns:
+            self.delete_continuation(continuation.id)
+        return result
+
+    def mark_delivered_and_delete(self, key: IdempotencyKey, owner: str, continuation_id: str) -> bool:
+        """The mark first: a crash before the delete leaves a continuation whose lease lapses, and
+        recovery, finding the answer delivered, only removes it."""
+        marked = self.mark_delivered(key, owner)
+        self.delete_continuation(continuation_id)
+        return marked
+
     def _transition(
         self,
         key: IdempotencyKey,

@@ -64,6 +64,9 @@ CREATE TABLE IF NOT EXISTS continuations (
 CREATE INDEX IF NOT EXISTS continuations_due ON continuations (next_run_at);
 """
 
+#: Every table and index `_SCHEMA` creates: all present means nothing to create.
+_SCHEMA_NAMES = ("idempotency", "idempotency_expires", "continuations", "continuations_due")
+
 _KEY_WHERE = "stack_id = ? AND request_id = ? AND logical_resource_id = ?"
 
 
@@ -99,6 +102,25 @@ def _continuation_from_row(row: sqlite3.Row) -> Continuation:
     )
 
 
+def _continuation_values(c: Continuation, version: int) -> tuple[object, ...]:
+    """The columns request, state, attempt, started_at, deadline, next_run_at, version, holder."""
+    return (json.dumps(c.request), json.dumps(c.state), c.attempt, c.started_at, c.deadline, c.next_run_at,
+            version, c.holder)
+
+
+#: Steps of the busy timeout under a deadline: the wait left shrinks every millisecond, and a
+#: PRAGMA per transaction would cost a statement (and a GIL handoff) on every store call.
+_BUSY_STEP_MS = 250
+
+
+def _busy_ms_for(wait_ms: int, current_ms: int) -> int:
+    """The busy timeout to use when `wait_ms` may be waited (pure): the current one while it is
+    within the wait and less than a step below it, else the wait rounded down to a step."""
+    if current_ms <= wait_ms < current_ms + _BUSY_STEP_MS or wait_ms == current_ms:
+        return current_ms
+    return wait_ms if wait_ms < _BUSY_STEP_MS else wait_ms - wait_ms % _BUSY_STEP_MS
+
+
 class SqliteStore(transitions.AppliedTransitions):
     """`Store` on one SQLite file (or a private in-memory database for tests)."""
 
@@ -124,6 +146,19 @@ class SqliteStore(transitions.AppliedTransitions):
         if path != MEMORY:
             self._use_wal(wait)
             self._conn.execute("PRAGMA synchronous = NORMAL")
+        if not self._schema_present():
+            self._create_schema()
+
+    def _schema_present(self) -> bool:
+        """A plain read: every open after the first finds the schema and takes no write lock."""
+        names = {row[0] for row in self._conn.execute(
+            "SELECT name FROM sqlite_master WHERE name IN (?, ?, ?, ?)", _SCHEMA_NAMES)}
+        if names != set(_SCHEMA_NAMES):
+            return False
+        return any(row["name"] == "holder" for row in self._conn.execute("PRAGMA table_info(continuations)"))
+
+    def _create_schema(self) -> None:
+        """CREATE ... IF NOT EXISTS under the write lock: safe when several processes open a new file at once."""
         with self._transaction() as conn:
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
@@ -151,7 +186,7 @@ class SqliteStore(transitions.AppliedTransitions):
         if not self._lock.acquire(timeout=max(wait, 0.001)):
             raise StoreError(f"state store busy: the SQLite store stayed in use by this process for {wait:.1f} s")
         try:
-            wait_ms = int(wait * 1000)
+            wait_ms = _busy_ms_for(int(wait * 1000), self._busy_ms)
             if wait_ms != self._busy_ms:  # a statement per transaction otherwise, on the warm path
                 self._conn.execute(f"PRAGMA busy_timeout = {wait_ms}")
                 self._busy_ms = wait_ms
@@ -229,6 +264,36 @@ class SqliteStore(transitions.AppliedTransitions):
                 self._write(conn, current, to_write)
             return result
 
+    def claim_with_continuation(
+        self,
+        key: IdempotencyKey,
+        continuation: Continuation,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        ttl_seconds: float = DEFAULT_TTL_SECONDS,
+    ) -> ClaimResult:
+        try:
+            with self._transaction() as conn:
+                current = self._read(conn, key)
+                result, to_write = transitions.decide_claim(
+                    current, key, continuation.id, self._clock(), lease_seconds, ttl_seconds, None
+                )
+                if to_write is not None:
+                    self._write(conn, current, to_write)
+                if result.owns:
+                    self._insert_continuation(conn, continuation)
+                return result
+        except sqlite3.IntegrityError:  # rolled back: the claim is not kept either
+            raise StoreConflict("continuation id already exists") from None
+
+    def mark_delivered_and_delete(self, key: IdempotencyKey, owner: str, continuation_id: str) -> bool:
+        with self._transaction() as conn:
+            current = self._read(conn, key)
+            new = transitions.delivered(current, owner, self._clock())
+            if new is not None:
+                self._write(conn, current, new)
+            conn.execute("DELETE FROM continuations WHERE id = ?", (continuation_id,))
+            return new is not None
+
     def _apply(self, key: IdempotencyKey, step: transitions.Step) -> bool:
         """Read, decide with a pure transition, write: one immediate transaction; False if it refuses."""
         with self._transaction() as conn:
@@ -266,25 +331,18 @@ class SqliteStore(transitions.AppliedTransitions):
 
     # -- continuations -------------------------------------------------------------------
 
+    @staticmethod
+    def _insert_continuation(conn: sqlite3.Connection, c: Continuation) -> None:
+        conn.execute(
+            "INSERT INTO continuations (request, state, attempt, started_at, deadline,"
+            " next_run_at, version, holder, id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            _continuation_values(c, c.version) + (c.id,),
+        )
+
     def put_continuation(self, continuation: Continuation) -> None:
-        c = continuation
         try:
             with self._transaction() as conn:
-                conn.execute(
-                    "INSERT INTO continuations (id, request, state, attempt, started_at, deadline,"
-                    " next_run_at, version, holder) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        c.id,
-                        json.dumps(c.request),
-                        json.dumps(c.state),
-                        c.attempt,
-                        c.started_at,
-                        c.deadline,
-                        c.next_run_at,
-                        c.version,
-                        c.holder,
-                    ),
-                )
+                self._insert_continuation(conn, continuation)
         except sqlite3.IntegrityError:
             raise StoreConflict("continuation id already exists") from None
 
@@ -301,18 +359,7 @@ class SqliteStore(transitions.AppliedTransitions):
             cursor = conn.execute(
                 "UPDATE continuations SET request = ?, state = ?, attempt = ?, started_at = ?,"
                 " deadline = ?, next_run_at = ?, version = ?, holder = ? WHERE id = ? AND version = ?",
-                (
-                    json.dumps(c.request),
-                    json.dumps(c.state),
-                    c.attempt,
-                    c.started_at,
-                    c.deadline,
-                    c.next_run_at,
-                    expected_version + 1,
-                    c.holder,
-                    c.id,
-                    expected_version,
-                ),
+                _continuation_values(c, expected_version + 1) + (c.id, expected_version),
             )
             return cursor.rowcount == 1
 

@@ -43,3 +43,6 @@ class HostedProvider(Protocol):
     ) -> int: ...
 
     def close(self) -> None: ...
+
+    # Optional: the time trigger runs `timer_hooks` ((name, hook) pairs) when the object has them.
+    # Not part of the Protocol, so every conforming object stays conforming; see Provider.on_timer.

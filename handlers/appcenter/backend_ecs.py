@@ -22,7 +22,13 @@ use), the `NodeBackend` Protocol of `backends`.
   node already on its way there is left alone, one going the other way is waited out first);
   vertical scaling is ModifyInstanceSpec and an upgrade's new image ReplaceSystemDisk, which ECS
   allows on a pay-as-you-go instance only while it is Stopped (the executor stops the nodes around
-  `resize_nodes`); a disk change is refused (ResizeDisk is not implemented).
+  `resize_nodes`); a larger `volume_size` is ResizeDisk of the node's data disk (DescribeDisks;
+  `online` on a Running instance, `offline` on a Stopped one), a smaller one is refused (ECS disks
+  never shrink), and so is a volume for a node created without one.
+* Health (spec §3.4): `watch`/`unwatch` keep the plan in the health book beside the cluster store
+  (`health_store`), `health` reads what the deployed provider's time trigger saw
+  (`health_ecs.ecs_health_round`: the checks through Cloud Assistant); nothing runs between two
+  timer invocations.
 * Commands: RunCommand (RunShellScript, `Timeout`, `ClientToken` and tags from the cluster and the
   invocation, at most 100 instances a call) after DescribeCloudAssistantStatus reads "true" for
   every node; results from DescribeInvocationResults (Base64 output, decoded; `ExitCode`;
@@ -312,6 +318,8 @@ class EcsNodeBackend:
     with the boot-group backend: region, endpoint, call timeout and poll schedule). Thread-safe."""
 
     name = "ecs"
+    #: Seconds between looks at running commands within one handler call (a look is one DescribeInvocationResults call: mind the API rate limits).
+    check_interval = 1.0
 
     def __init__(self, ecs: EcsSettings, credentials: Credentials, nodes: EcsNodeSettings = EcsNodeSettings(), *,
                  clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> None:
@@ -331,6 +339,7 @@ class EcsNodeBackend:
         self._agents: set[str] = set()
         #: (cluster, node) -> a tree published while the node could not take it
         self._pending: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self._health: Any = None
 
     @classmethod
     def from_env(cls, settings: Any = None, env: Mapping[str, str] | None = None, *,
@@ -524,22 +533,20 @@ class EcsNodeBackend:
 
     def resize_nodes(self, cluster_id: str, nodes: Sequence[NodeSpec]) -> None:
         """ModifyInstanceSpec for a new instance type, ReplaceSystemDisk for a new image (an upgrade
-        that boots one); both only while the instance is Stopped. What already matches is left alone,
-        so a repeated call changes nothing; a disk change is refused."""
+        that boots one); both only while the instance is Stopped; a larger volume_size is ResizeDisk of
+        its data disk. What already matches is left alone, so a repeated call changes nothing."""
         known = self._existing(cluster_id, [spec.node_id for spec in nodes], "resize_nodes")
         for spec in nodes:
             node = known[spec.node_id]
             subject = f"node {spec.node_id} (instance {node.info.instance_id}, cluster {cluster_id})"
-            old_volume = node.tags.get(TAG_VOLUME, "")
-            if spec.volume_size and str(spec.volume_size) != old_volume:
-                raise BackendError(f"{subject}: the ecs backend cannot resize disks (volume_size {old_volume or 'none'} "
-                                   f"-> {spec.volume_size}; ResizeDisk is not implemented)")
             changes = [(action, value) for action, value, now in (
                 ("ModifyInstanceSpec", instance_type_for(spec, self.nodes), node.instance_type),
                 ("ReplaceSystemDisk", image_for(spec, self.nodes), node.image_id)) if value != now]
             if changes and node.info.state != STOPPED:
                 raise BackendError(f"{changes[0][0]} of {subject}: ECS changes a pay-as-you-go instance's type and "
                                    f"image only while it is Stopped; it is {node.info.state}")
+            if spec.volume_size:
+                self._resize_data_disk(node, spec.volume_size, subject)
             for action, value in changes:
                 def send(client: Any, models: Any, action: str = action, value: str = value,
                          instance_id: str = node.info.instance_id) -> Any:
@@ -550,6 +557,35 @@ class EcsNodeBackend:
                         instance_id=instance_id, image_id=value))
 
                 self._call(action, subject, send)
+
+    def _resize_data_disk(self, node: _Node, volume_size: int, subject: str) -> None:
+        """The node's first data disk to `volume_size` GiB (at least MIN_DATA_DISK): ResizeDisk when
+        it is smaller, nothing when it has that size (a repeated step), refused when it is larger."""
+        instance_id = node.info.instance_id
+
+        def describe(client: Any, models: Any) -> Any:
+            return client.describe_disks(models.DescribeDisksRequest(
+                region_id=self.ecs.region, instance_id=instance_id, disk_type="data", max_results=100))
+
+        disks = sorted(_items(self._call("DescribeDisks", subject, describe), "disks", "disk"),
+                       key=lambda disk: disk.device or "")
+        if not disks:
+            raise BackendError(f"{subject}: volume_size {volume_size} GiB, but the instance has no data disk (the ecs "
+                               "backend adds none to a node created without a volume)")
+        disk, wanted = disks[0], max(MIN_DATA_DISK, volume_size)
+        if int(disk.size or 0) == wanted:
+            return
+        if int(disk.size or 0) > wanted:
+            raise BackendError(f"{subject}: volume_size {volume_size} GiB is smaller than its data disk {disk.disk_id} "
+                               f"({disk.size} GiB); ECS disks cannot shrink")
+        online = node.info.state == RUNNING and disk.category != "cloud"
+
+        def resize(client: Any, models: Any) -> Any:
+            return client.resize_disk(models.ResizeDiskRequest(
+                disk_id=disk.disk_id, new_size=wanted, type="online" if online else "offline",
+                client_token=client_token(disk.disk_id, str(wanted))))
+
+        self._call("ResizeDisk", f"data disk {disk.disk_id} of {subject}", resize)
 
     # ------------------------------------------------------------------ commands
     def _wait_for_agents(self, cluster_id: str, instance_ids: Sequence[str]) -> None:
@@ -682,6 +718,51 @@ class EcsNodeBackend:
         with self._lock:
             named = [(self._node_of.get(row.instance_id), row) for row in rows]
         return {node_id: command_result(row) for node_id, row in named if node_id is not None}
+
+    def forget_invocations(self, cluster_id: str, invocations: Sequence[str]) -> None:
+        """Drop what this backend remembers of finished invocations (a warm provider runs health
+        checks for days: each round's invocations are read once)."""
+        with self._lock:
+            for invocation in invocations:
+                self._invocations.pop((cluster_id, invocation), None)
+
+    # ------------------------------------------------------------------ health
+    def _health_book(self) -> Any:
+        from .health_store import open_health_book
+
+        with self._lock:
+            if self._health is None:
+                self._health = open_health_book()
+            return self._health
+
+    def watch(self, cluster_id: str, checks: Sequence[Mapping[str, Any]], owner: str) -> None:
+        """Run `checks` (health.NodeChecks as JSON) on the time trigger from now on; the health of
+        nodes no longer in them is dropped, that of the others kept."""
+        plan = [dict(check) for check in checks]
+        wanted = {str(check["node_id"]) for check in plan}
+
+        def change(doc: dict[str, Any]) -> None:
+            doc.update(plan=plan, watching=bool(plan), owner=owner)
+            for key in ("nodes", "due"):
+                doc[key] = {node: value for node, value in (doc.get(key) or {}).items() if node in wanted}
+
+        self._health_book().update(cluster_id, change)
+
+    def unwatch(self, cluster_id: str) -> None:
+        """No checks (nor actions) until the next `watch`; what they saw last stays readable."""
+        def change(doc: dict[str, Any]) -> bool:
+            if not doc.get("watching"):
+                return False
+            doc["watching"] = False
+            return True
+
+        self._health_book().update(cluster_id, change)
+
+    def health(self, cluster_id: str) -> dict[str, Any] | None:
+        """What the time trigger's checks saw last ({"updated", "nodes"}), None before the first round."""
+        from .health_store import status_of
+
+        return status_of(self._health_book().get(cluster_id))
 
     # ------------------------------------------------------------------ metadata
     def publish_metadata(self, cluster_id: str, node_id: str, tree: Mapping[str, Any]) -> None:

@@ -6,7 +6,11 @@ A node's files live in `$CRHELPER_HOME/appcenter/clusters/<cluster>/nodes/<node>
 (its spec, instance id, loopback address and power state), `metadata.json` (its `/self` tree), and
 `logs/` (one log per command). Each node has its own loopback address (127.x.y.z, from a hash),
 where a metad-style endpoint answers `GET /self/...` (`metadata.serve`, a supervised process of
-the node); commands also get the tree as `METADATA_FILE` and as `APPCENTER_*` variables.
+the node); commands also get the tree as `METADATA_FILE` and as `APPCENTER_*` variables. The
+backend adds to each published tree what only it knows of its instances (MAC address, machine)
+and keeps the command a node runs (`cmd.json`, answered as `/self/cmd`). Each operation on several
+nodes is one supervisor request (`start_many`, `stop_many`): the metad endpoints of a new cluster,
+a command on every node of a step, the processes of finished commands forgotten together.
 
 A service that must keep running after its command returns (a `start` launching a server) runs it
 through `$APPCTL start NAME -- argv...` (this module's `main`), the node's equivalent of systemctl:
@@ -22,6 +26,7 @@ import json
 import os
 import shlex
 import shutil
+import socket
 import sys
 import time
 from pathlib import Path
@@ -29,10 +34,10 @@ from typing import Any, Mapping, Sequence
 
 from crhelper.local.processes import python_env
 from crhelper.local.supervisor import (
-    LIVE, NOT_FOUND, ProcessStatus, SupervisorClient, SupervisorError, port_open, tail_lines,
+    LIVE, NOT_FOUND, ProcessSpec, ProcessStatus, SupervisorClient, SupervisorError, port_open, tail_lines, wait_port,
 )
 from crhelper.local.supervisor import RUNNING as PROCESS_RUNNING
-from crhelper.paths import home as crhelper_home, state_dir
+from crhelper.paths import home as crhelper_home, state_dir, write_atomically
 
 from . import health, metadata
 from .backends import MISSING, RUNNING, STOPPED, BackendError, CommandResult, NodeInfo, NodeSpec
@@ -46,6 +51,8 @@ PACKAGE_DIR = "package_dir"
 #: The placement key with the supervisor owner label of the cluster's processes.
 OWNER = "owner"
 OUTPUT_LINES, OUTPUT_BYTES = 40, 4096
+#: Seconds a command waits at most for its node's metad endpoint to listen (a Python interpreter's boot).
+METAD_WAIT = 10.0
 _SUPERVISOR_LINE = "--- crhelper supervisor:"
 
 
@@ -59,6 +66,17 @@ def node_address(home: str, cluster_id: str, node_id: str) -> str:
     return f"127.{1 + raw[0] % 254}.{raw[1]}.{1 + raw[2] % 254}"
 
 
+def node_mac(home: str, cluster_id: str, node_id: str) -> str:
+    """A MAC address of the node's own, stable for the node: locally administered, unicast (02:...)."""
+    raw = bytes.fromhex(_digest(home, cluster_id, node_id, "mac", size=10))
+    return ":".join(f"{byte:02x}" for byte in (0x02, *raw))
+
+
+def _text_number(value: Any) -> str:
+    number = float(value)
+    return str(int(number)) if number.is_integer() else f"{number:g}"
+
+
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
@@ -67,10 +85,8 @@ def _read_json(path: Path) -> Any:
 
 
 def _write_json(path: Path, doc: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(doc, ensure_ascii=False, sort_keys=True))
-    partial.replace(path)
+    """Owner-only: a node's files hold the cluster's secrets (password and access-key items)."""
+    write_atomically(path, json.dumps(doc, ensure_ascii=False, sort_keys=True).encode("utf-8"))
 
 
 #: How a node's command runs: its shell command, then its exit status written to a file, so a poll
@@ -99,11 +115,16 @@ class LocalNodeBackend:
     """NodeBackend over working directories and supervised processes of one `$CRHELPER_HOME`."""
 
     name = "local"
+    #: Seconds between looks at running commands within one handler call (a look is a few stat calls).
+    check_interval = 0.05
 
     def __init__(self, root: Path, supervisor: SupervisorClient | None = None, *, home: str | None = None) -> None:
         self.root = root
         self.supervisor = supervisor or SupervisorClient()
         self.home = home or str(crhelper_home())
+        #: (cluster, node) whose metad this process started or saw listening: a backend in another
+        #: process (a resumed executor) checks each node's endpoint once before a command runs there.
+        self._metads_up: set[tuple[str, str]] = set()
 
     @classmethod
     def from_env(cls, settings: Any = None, env: Mapping[str, str] | None = None) -> "LocalNodeBackend":
@@ -143,6 +164,7 @@ class LocalNodeBackend:
     # --- nodes ------------------------------------------------------------------------------------
     def create_nodes(self, cluster_id: str, nodes: Sequence[NodeSpec]) -> dict[str, NodeInfo]:
         out: dict[str, NodeInfo] = {}
+        running: list[Mapping[str, Any]] = []
         for spec in nodes:
             doc = self.node_record(cluster_id, spec.node_id)
             if doc is None:
@@ -154,8 +176,9 @@ class LocalNodeBackend:
                        "spec": spec.to_json()}
                 self._save_node(cluster_id, doc)
             if doc.get("state") == RUNNING:
-                self._start_metad(cluster_id, doc)
+                running.append(doc)
             out[spec.node_id] = self._info(doc)
+        self._start_metads(cluster_id, running)
         return out
 
     def describe_nodes(self, cluster_id: str, node_ids: Sequence[str]) -> dict[str, NodeInfo]:
@@ -165,30 +188,35 @@ class LocalNodeBackend:
             out[node_id] = self._info(doc) if doc is not None else NodeInfo(node_id, "", "", MISSING)
         return out
 
+    def _stop_processes(self, cluster_id: str, docs: Sequence[Mapping[str, Any]], forget: bool) -> None:
+        """Every process of these nodes (their metad, commands and services), in one request."""
+        self._metads_up.difference_update((cluster_id, str(doc["node_id"])) for doc in docs)
+        self.supervisor.stop_many(owners=sorted({str(doc["owner"]) for doc in docs}), forget=forget)
+
     def delete_nodes(self, cluster_id: str, node_ids: Sequence[str]) -> None:
-        for node_id in node_ids:
-            doc = self.node_record(cluster_id, node_id)
-            if doc is None:
-                continue
-            self.supervisor.stop_owner(str(doc["owner"]), forget=True)
-            shutil.rmtree(self.node_dir(cluster_id, node_id), ignore_errors=True)
+        docs = [doc for doc in (self.node_record(cluster_id, node_id) for node_id in node_ids) if doc is not None]
+        self._stop_processes(cluster_id, docs, forget=True)
+        for doc in docs:
+            shutil.rmtree(self.node_dir(cluster_id, str(doc["node_id"])), ignore_errors=True)
         nodes = self.cluster_dir(cluster_id) / "nodes"
         if nodes.is_dir() and not any(nodes.iterdir()):
             self.unwatch(cluster_id)
             shutil.rmtree(self.cluster_dir(cluster_id), ignore_errors=True)
 
     def start_nodes(self, cluster_id: str, node_ids: Sequence[str]) -> None:
+        docs = []
         for node_id in node_ids:
             doc = self._known(cluster_id, node_id)
             if doc.get("state") != RUNNING:
                 doc["state"] = RUNNING
                 self._save_node(cluster_id, doc)
-            self._start_metad(cluster_id, doc)
+            docs.append(doc)
+        self._start_metads(cluster_id, docs)
 
     def stop_nodes(self, cluster_id: str, node_ids: Sequence[str]) -> None:
-        for node_id in node_ids:
-            doc = self._known(cluster_id, node_id)
-            self.supervisor.stop_owner(str(doc["owner"]))
+        docs = [self._known(cluster_id, node_id) for node_id in node_ids]
+        self._stop_processes(cluster_id, docs, forget=False)
+        for doc in docs:
             if doc.get("state") != STOPPED:
                 doc["state"] = STOPPED
                 self._save_node(cluster_id, doc)
@@ -200,16 +228,61 @@ class LocalNodeBackend:
             self._save_node(cluster_id, doc)
 
     def publish_metadata(self, cluster_id: str, node_id: str, tree: Mapping[str, Any]) -> None:
-        self._known(cluster_id, node_id)
-        metadata.write_tree(self.node_dir(cluster_id, node_id) / "metadata.json", tree)
+        self.publish_metadata_many(cluster_id, {node_id: tree})
 
-    def _start_metad(self, cluster_id: str, doc: Mapping[str, Any]) -> None:
-        folder = self.node_dir(cluster_id, str(doc["node_id"]))
-        self.supervisor.start(f"acmd-{_digest(self.home, cluster_id, str(doc['node_id']))}",
-                              [sys.executable, "-m", "handlers.appcenter.metadata", "serve", "--file",
-                               str(folder / "metadata.json"), "--host", str(doc["ip"]), "--port", str(metadata.METAD_PORT)],
-                              owner=str(doc["owner"]), cwd=str(folder), env=python_env({"PYTHONUNBUFFERED": "1"}),
-                              log_path=folder / "logs" / "metad.log")
+    def publish_metadata_many(self, cluster_id: str, trees: Mapping[str, Mapping[str, Any]]) -> None:
+        """Each node's new /self tree, with what only this platform knows of its instances (their
+        MAC addresses and the machine they run on)."""
+        for node_id in trees:
+            self._known(cluster_id, node_id)
+        machines = self._machines(cluster_id)
+        for node_id, tree in trees.items():
+            metadata.write_tree(self.node_dir(cluster_id, node_id) / "metadata.json",
+                                metadata.with_platform_fields(tree, machines))
+
+    def _machines(self, cluster_id: str) -> dict[str, dict[str, str]]:
+        """instance id -> the host fields this backend fills (`metadata.PLATFORM_FIELDS`)."""
+        machine = socket.gethostname()
+        found: dict[str, dict[str, str]] = {}
+        nodes = self.cluster_dir(cluster_id) / "nodes"
+        for folder in nodes.iterdir() if nodes.is_dir() else ():
+            doc = _read_json(folder / "node.json")
+            if isinstance(doc, dict) and doc.get("instance_id"):
+                found[str(doc["instance_id"])] = {"mac": node_mac(self.home, cluster_id, str(doc["node_id"])),
+                                                  "physical_machine": machine}
+        return found
+
+    def _metad_specs(self, cluster_id: str, docs: Sequence[Mapping[str, Any]]) -> list[ProcessSpec]:
+        specs = []
+        for doc in docs:
+            folder = self.node_dir(cluster_id, str(doc["node_id"]))
+            specs.append(self.supervisor.spec(
+                f"acmd-{_digest(self.home, cluster_id, str(doc['node_id']))}",
+                [sys.executable, "-m", "handlers.appcenter.metadata", "serve", "--file", str(folder / "metadata.json"),
+                 "--host", str(doc["ip"]), "--port", str(metadata.METAD_PORT)],
+                owner=str(doc["owner"]), cwd=str(folder), env=python_env({"PYTHONUNBUFFERED": "1"}),
+                log_path=folder / "logs" / "metad.log"))
+        return specs
+
+    def _start_metads(self, cluster_id: str, docs: Sequence[Mapping[str, Any]]) -> None:
+        """The nodes' metad endpoints, started in one supervisor request (they boot while the
+        executor publishes the metadata)."""
+        self.supervisor.start_many(self._metad_specs(cluster_id, docs))
+        self._metads_up.update((cluster_id, str(doc["node_id"])) for doc in docs)
+
+    def _metads_answer(self, cluster_id: str, node_ids: Sequence[str]) -> None:
+        """Before a command runs on running nodes whose metad this process has not started (a
+        resumed executor): start what is missing (idempotent: one request), then wait until each
+        endpoint listens (`METAD_WAIT` at most; a command needing it then fails naming the URL)."""
+        docs = [doc for doc in (self.node_record(cluster_id, node_id) for node_id in node_ids)
+                if doc is not None and doc.get("state") == RUNNING
+                and (cluster_id, str(doc["node_id"])) not in self._metads_up]
+        if not docs:
+            return
+        self.supervisor.start_many(self._metad_specs(cluster_id, docs))
+        for doc in docs:
+            if wait_port(str(doc["ip"]), metadata.METAD_PORT, METAD_WAIT):
+                self._metads_up.add((cluster_id, str(doc["node_id"])))
 
     # --- health checks and monitor (HealthWatch) ---------------------------------------------------
     def _agent(self, cluster_id: str) -> str:
@@ -267,16 +340,21 @@ class LocalNodeBackend:
                       timeout: float, env: Mapping[str, str]) -> None:
         path = self._invocation_path(cluster_id, invocation)
         record = _read_json(path)
+        statuses: Mapping[str, ProcessStatus] | None = None
         if record is None:  # the intent first: a restarted executor finds it and starts what is missing
             record = {"nodes": list(node_ids), "cmd": cmd, "timeout": timeout, "env": dict(env), "started": time.time(),
                       "results": {}}
             _write_json(path, record)
-        self._launch_missing(cluster_id, invocation, record)
+            statuses = {}  # nothing of a new invocation can run yet: no need to ask the supervisor
+        self._launch_missing(cluster_id, invocation, record, statuses)
 
     def _launch_missing(self, cluster_id: str, invocation: str, record: dict[str, Any],
                         statuses: Mapping[str, ProcessStatus] | None = None) -> None:
+        """Start the invocation's command on every node where it neither ran nor runs, in one
+        supervisor request; each node's /self/cmd says what it runs first."""
         if statuses is None:
             statuses = {status.name: status for status in self.supervisor.list()}
+        specs, launching = [], []
         for node_id in record["nodes"]:
             name = self._process_name(cluster_id, node_id, invocation)
             if node_id in record["results"] or name in statuses or self._exit_file(cluster_id, node_id, invocation).exists():
@@ -285,10 +363,19 @@ class LocalNodeBackend:
             folder = self.node_dir(cluster_id, node_id)
             exit_file = self._exit_file(cluster_id, node_id, invocation)
             exit_file.unlink(missing_ok=True)
-            self.supervisor.start(name, ["/bin/sh", "-c", _WRAPPER, "sh", record["cmd"], str(exit_file)],
-                                  owner=str(doc["owner"]), cwd=str(folder),
-                                  env={**self.node_env(cluster_id, doc), **record["env"]},
-                                  log_path=folder / "logs" / f"{invocation}.log")
+            self._show_cmd(folder, {"id": invocation, "cmd": record["cmd"], "timeout": _text_number(record["timeout"])})
+            specs.append(self.supervisor.spec(name, ["/bin/sh", "-c", _WRAPPER, "sh", record["cmd"], str(exit_file)],
+                                              owner=str(doc["owner"]), cwd=str(folder),
+                                              env={**self.node_env(cluster_id, doc), **record["env"]},
+                                              log_path=folder / "logs" / f"{invocation}.log"))
+            launching.append(node_id)
+        self._metads_answer(cluster_id, launching)
+        self.supervisor.start_many(specs)
+
+    @staticmethod
+    def _show_cmd(folder: Path, cmd: Mapping[str, str]) -> None:
+        """The node's current command, which its metad endpoint answers under /self/cmd."""
+        _write_json(folder / metadata.CMD_FILE, dict(cmd))
 
     def _exit_file(self, cluster_id: str, node_id: str, invocation: str) -> Path:
         return self.node_dir(cluster_id, node_id) / "logs" / f"{invocation}.exit"
@@ -298,8 +385,12 @@ class LocalNodeBackend:
         record = _read_json(path)
         if record is None:
             raise BackendError(f"no command invocation {invocation} in cluster {cluster_id}")
-        statuses = {status.name: status for status in self.supervisor.list()}
-        self._launch_missing(cluster_id, invocation, record, statuses)
+        written_codes = {node_id: _exit_code(self._exit_file(cluster_id, node_id, invocation))
+                         for node_id in record["nodes"] if node_id not in record["results"]}
+        statuses: Mapping[str, ProcessStatus] = {}
+        if any(code is None for code in written_codes.values()):  # else every command ended: no need to ask
+            statuses = {status.name: status for status in self.supervisor.list()}
+            self._launch_missing(cluster_id, invocation, record, statuses)
         out: dict[str, CommandResult | None] = {}
         ended: list[str] = []
         changed = False
@@ -310,7 +401,7 @@ class LocalNodeBackend:
                 continue
             name = self._process_name(cluster_id, node_id, invocation)
             status = statuses.get(name)
-            written = _exit_code(self._exit_file(cluster_id, node_id, invocation))
+            written = written_codes[node_id]
             log_path = str(self.node_dir(cluster_id, node_id) / "logs" / f"{invocation}.log")
             timed_out = False
             if written is None:
@@ -324,16 +415,10 @@ class LocalNodeBackend:
             result = CommandResult(code, _output_of(log_path), timed_out)
             record["results"][node_id] = result.to_json()
             out[node_id], changed = result, True
-            if status is not None:
-                ended.append(name)
+            ended.append(name)  # forgotten below (a name the supervisor no longer has is skipped)
         if changed:
             _write_json(path, record)  # the results first: only then may the supervisor forget the processes
-            for name in ended:
-                try:
-                    self.supervisor.stop(name, forget=True)
-                except SupervisorError as exc:
-                    if exc.code != NOT_FOUND:
-                        raise
+            self.supervisor.stop_many(ended, forget=True)
         return out
 
 

@@ -174,3 +174,13 @@ class HealthWatch(Protocol):
     def health(self, cluster_id: str) -> Mapping[str, Any] | None:
         """What the checks saw last: {"updated": time, "nodes": {node_id: health.NodeHealth as JSON}}."""
         ...
+
+
+class BatchPublish(Protocol):
+    """An optional call (looked up with getattr; without it the executor calls `publish_metadata`
+    once per node): every node's new `/self` tree in one call, so a backend that pays per call (a
+    Cloud Assistant RunCommand, a supervisor round trip) pays once for the cluster."""
+
+    def publish_metadata_many(self, cluster_id: str, trees: Mapping[str, Mapping[str, Any]]) -> None:
+        """As `NodeBackend.publish_metadata` for each node id -> tree of `trees`, together."""
+        ...

@@ -7,14 +7,16 @@ does not hide an unknown template path), stopping only where a stage has nothing
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .cluster import Cluster, parse_cluster
 from .config import Config, parse_config
-from .mustache import render
-from .package import Package, load_package
+from .mustache import parse_rendered, render_text
+from .package import ByDigest, Package, load_package
 from .problems import ERROR, InvalidPackage, Problem, Severity, errors_in
 from .values import INPUTS, Values, resolve_values
 
@@ -44,7 +46,7 @@ def check_package(package: Package, inputs: Mapping[str, Any] | None = None, *, 
                   where: str = INPUTS, missing_required: Severity = ERROR) -> Checked:
     """Check a loaded package with the user's values (arguments as `values.resolve_values`)."""
     try:
-        config = parse_config(package.config)
+        config = parse_config(package.config, package.config_digest or None)
     except InvalidPackage as exc:
         return Checked(package, problems=tuple(exc.problems))
     problems = list(config.problems)
@@ -53,14 +55,27 @@ def check_package(package: Package, inputs: Mapping[str, Any] | None = None, *, 
                             missing_required=missing_required)
     problems += values.problems
     try:
-        rendered = render(package.template, values.values)
+        text = render_text(package.template, values.values)
+        rendered = parse_rendered(text)
     except InvalidPackage as exc:
         return Checked(package, config, values, problems=tuple(problems + exc.problems))
     try:
-        cluster, warnings = parse_cluster(rendered, config)
+        if package.config_digest:  # the same form rendered to the same text: the cluster typed before
+            key = hashlib.sha256(f"{package.config_digest}\0{text}".encode("utf-8", "surrogatepass")).hexdigest()
+            cluster, warnings = _typed(ByDigest(key, (rendered, config)))
+        else:
+            cluster, found = parse_cluster(rendered, config)
+            warnings = tuple(found)
     except InvalidPackage as exc:
         return Checked(package, config, values, rendered, problems=tuple(problems + exc.problems))
-    return Checked(package, config, values, rendered, cluster, tuple(problems + warnings))
+    return Checked(package, config, values, rendered, cluster, tuple(problems) + warnings)
+
+
+@functools.lru_cache(maxsize=32)
+def _typed(rendered: ByDigest[tuple[Any, Config]]) -> tuple[Cluster, tuple[Problem, ...]]:
+    """`parse_cluster`, kept for the texts rendered lately (a Cluster is read-only once parsed)."""
+    cluster, warnings = parse_cluster(*rendered.value)
+    return cluster, tuple(warnings)
 
 
 def load_and_check(source: str | os.PathLike[str], inputs: Mapping[str, Any] | None = None, *,

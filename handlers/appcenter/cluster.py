@@ -177,6 +177,9 @@ EXCLUDE_NODE_COLUMNS = ("private_ip",)
 
 class Node(_Model):
     role: str | None = None
+    #: Set by `parse_cluster` when the template's one node omits ``role`` (the role is then filled
+    #: in from config.json): its hosts sit directly under /hosts in the metadata (spec §8).
+    role_omitted: bool = False
     container: Container
     count: int = Field(ge=0)
     cpu: int | None = None
@@ -253,6 +256,12 @@ class Cluster(_Model):
     def roles(self) -> dict[str, Node]:
         return {node.name: node for node in self.nodes}
 
+    @property
+    def hosts_by_role(self) -> bool:
+        """Whether the metadata lists hosts by role (/hosts/<role>/<id>): not for a package whose
+        one node omits ``role`` (/hosts/<id>, as its confd templates read ``/hosts/*/ip``)."""
+        return not (len(self.nodes) == 1 and self.nodes[0].role_omitted)
+
     def node(self, role: str) -> Node:
         return self.roles[role]
 
@@ -328,6 +337,7 @@ def _role_problems(cluster: Cluster, config: Config | None) -> list[Problem]:
         if node.role is None:
             if len(cluster.nodes) == 1 and len(declared) <= 1:
                 node.role = declared[0] if declared else "node"  # one role may go unnamed (§3.2)
+                node.role_omitted = True
             else:
                 found.append(Problem(where, "role is required when there is more than one role"
                                      + (f" ({', '.join(declared)})" if declared else "")))
@@ -379,11 +389,12 @@ def _node_problems(cluster: Cluster) -> list[Problem]:
             elif service.cmd is None and not (name in ("backup", "restore", "delete_snapshot")
                                               and cluster.backup_policy != "custom"):
                 found.append(Problem(f"{where}.cmd", "cmd is required"))
+            given = service.model_fields_set
             for attribute, services in APPLIES_TO.items():
-                if attribute in service.model_fields_set and name not in services:
+                if attribute in given and name not in services:
                     found.append(Problem(f"{where}.{attribute}", f"applies to {', '.join(services)} only; ignored",
                                          WARNING))
-            if "service_params" in service.model_fields_set and not (service.custom or name in (
+            if "service_params" in given and not (service.custom or name in (
                     "backup", "restore", "delete_snapshot")):
                 found.append(Problem(f"{where}.service_params", "applies to custom, backup, restore and "
                                      "delete_snapshot services only; ignored", WARNING))

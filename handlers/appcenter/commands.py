@@ -174,14 +174,16 @@ def plan(args: argparse.Namespace) -> int:
     assert checked.cluster is not None
     if args.role is not None and args.role not in checked.cluster.roles:
         raise UsageError(f"no role {args.role}; roles: {', '.join(checked.cluster.roles)}")
+    try:
+        made = _make_plan(args, checked)  # first: its own message for a count beyond the role's nodes
+    except plans.CountError as exc:
+        raise UsageError(f"--count: {exc}") from None
+    except plans.PlanError as exc:
+        return _invalid(args, Checked(checked.package, problems=(Problem(f"--operation {args.operation}", str(exc)),)))
     if args.operation in (plans.SCALE_OUT, plans.SCALE_IN):
         scaled = _scaled_check(args, checked)
         if not scaled.ok:
             return _invalid(args, scaled)
-    try:
-        made = _make_plan(args, checked)
-    except plans.PlanError as exc:
-        return _invalid(args, Checked(checked.package, problems=(Problem(f"--operation {args.operation}", str(exc)),)))
     if args.json:
         _print_json(made.to_json())
     else:

@@ -15,12 +15,14 @@ RegExps (`js_pattern`); a construct only Python's ``re`` reads is refused, namin
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from .package import ByDigest
 from .problems import InvalidPackage, Problem, WARNING
 
 FILE = "config.json"
@@ -617,8 +619,21 @@ class _Builder:
                 self.fail(item.path, f"resource_group values must be {shape_of(item.type)}")
 
 
-def parse_config(raw: Any) -> Config:
-    """config.json as parsed -> `Config`; raises `InvalidPackage` with every error found."""
+def parse_config(raw: Any, digest: str | None = None) -> Config:
+    """config.json as parsed -> `Config`; raises `InvalidPackage` with every error found. With the
+    file's `digest` (`Package.config_digest`), a form parsed lately is returned again (a Config is
+    read-only)."""
+    if digest:
+        return _parsed(ByDigest(digest, raw))
+    return _parse_config(raw)
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed(raw: ByDigest[Any]) -> Config:
+    return _parse_config(raw.value)
+
+
+def _parse_config(raw: Any) -> Config:
     builder = _Builder()
     if not isinstance(raw, dict) or raw.get("type") != ARRAY:
         raise InvalidPackage([Problem(FILE, 'the root must be {"type": "array", "properties": [...]}')])

@@ -8,15 +8,29 @@ step is a ``destroy`` that ``Force`` may pass (``allow_force``); a failing *bloc
 destroy gate, a ``pre_check``) also runs its plan's `on_abort` stages. The semantics are those of
 `plan.walk`, with a stage's steps at once.
 
-Everything the walk learns is put on the cluster record and saved (`checkpoint`) before the next
-thing happens: the invocation id before the command is started (the backend's start is idempotent
-by it), a step's results once its commands ended, the stage position after a stage. A worker
-killed at any point is resumed by the next step from the record: a started command is polled, not
-started again, and completed steps are not run again.
+Everything the walk learns is put on the cluster record and saved (`checkpoint`) before it can
+be lost: a started command once it started (its invocation id derives from the run and the step,
+and the backend's start is idempotent by it, so a walk killed in between starts the same id
+again, which runs nothing twice), the stage position with the results of its steps once the stage
+ended (one write per stage; a stage still running saves what ended so far when it is left). A
+worker killed at any point is resumed by the next step from the record: a started command is
+polled, not started again, and completed stages are not run again.
+
+Within one handler call the running commands are looked at every `check_interval` seconds (a
+setting, 0.05 s by default), so a stage of quick commands moves on at once; the poll interval is
+only the delay between calls (InProgress).
 
 Platform actions (``create-resources``, ``register-adding-hosts``...) are calls on the backend and
-metadata publications. The reload hook of an env change is the roles' ``reload`` service where a
-package defines one (confd's ``reload_cmd`` on a metadata change, spec §7).
+metadata publications (every node's tree in one `publish_metadata_many` call where the backend
+has it; again after ``start-nodes``, so a node that was stopped sees what changed meanwhile). The
+reload hook of an env change is the roles' ``reload`` service where a package defines one (confd's
+``reload_cmd`` on a metadata change, spec §7). ``custom_metadata`` prints the node's token (the
+whole output, stripped: a string, or a string in JSON form), published as
+``/hosts/<role>/<id>/token``. After a ``get_nodes_order`` stage, the one-node blocks of the phase
+that follow run in the order it printed (node ids as the metadata shows them, comma-separated).
+
+Secrets (the values of the package's ``password`` and ``accesskey`` items) are scrubbed from the
+command output the record keeps and from every FAILED Reason.
 """
 
 from __future__ import annotations
@@ -35,10 +49,13 @@ from .locale import Translator
 from .settings import AppCenterSettings
 from .state import ClusterRecord
 
-#: Within one call, the first look at running commands comes after FIRST_LOOK seconds, each
-#: further one BACKOFF times later, up to the poll interval (which is also the InProgress delay):
-#: a stage of quick commands moves on within tens of milliseconds, a long one costs few polls.
-FIRST_LOOK, BACKOFF = 0.02, 1.5
+#: Within one call, the seconds between looks at running commands when neither the settings
+#: (`check_interval`) nor the backend (its `check_interval` attribute) say; the poll interval is the
+#: InProgress delay between calls.
+CHECK_INTERVAL = 0.05
+#: How a secret's value reads wherever the record or a Reason would show it.
+MASK = "******"
+GET_NODES_ORDER = "get_nodes_order"
 #: The service an env change runs on the roles that define it (see the module doc).
 RELOAD = "reload"
 #: Placement key for the folder a local node boots (the package).
@@ -69,7 +86,8 @@ def _step_of(doc: Mapping[str, Any]) -> plans.Step:
 
 
 def _stages_json(stages: Sequence[plans.Stage]) -> list[dict[str, Any]]:
-    return [{"label": stage.label, "steps": [_step_json(step) for step in stage.steps]} for stage in stages]
+    return [{"label": stage.label, "steps": [_step_json(step) for step in stage.steps],
+             **({"node": stage.node} if stage.node is not None else {})} for stage in stages]
 
 
 def phase_of(plan: plans.Plan, force: bool = False, note: str = "") -> dict[str, Any]:
@@ -82,6 +100,40 @@ def new_run(key: str, phases: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """A run (JSON, kept on the record) of `phases` for the request `key`."""
     return {"key": key, "phases": list(phases), "phase": 0, "stage": 0, "aborting": False, "steps": {},
             "finished": False, "ok": False, "reason": "", "forced": [], "began": time.time(), "ended": None}
+
+
+def secret_texts(values: Mapping[str, Any], paths: Sequence[str]) -> list[str]:
+    """The texts of the secret values (`paths` of `values`: strings, or the string leaves of an
+    accesskey's object), longest first so a secret inside another is masked whole."""
+    found: set[str] = set()
+
+    def add(value: Any) -> None:
+        if isinstance(value, Mapping):
+            for inner in value.values():
+                add(inner)
+        elif isinstance(value, (list, tuple)):
+            for inner in value:
+                add(inner)
+        elif value is not None and not isinstance(value, bool) and str(value) != "":
+            found.add(str(value))
+
+    for path in paths:
+        add(values.get(path))
+    return sorted(found, key=len, reverse=True)
+
+
+def scrub(text: str, secrets: Sequence[str]) -> str:
+    """`text` with every secret replaced by MASK."""
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, MASK)
+    return text
+
+
+def masked_inputs(inputs: Mapping[str, Any], paths: Sequence[str]) -> dict[str, Any]:
+    """The Inputs as the record keeps them: the secret items' values masked (a null stays null)."""
+    secret = set(paths)
+    return {key: (MASK if key in secret and value is not None else value) for key, value in inputs.items()}
 
 
 def _node_role(node_id: str) -> tuple[str, int]:
@@ -107,7 +159,7 @@ class Executor:
                  sleep: Callable[[float], None] = time.sleep, on_stage: Callable[[str], None] | None = None) -> None:
         self.record, self.cluster, self.backend = record, cluster, backend
         self.on_stage = on_stage
-        self._moves = 0  # checkpoints so far: a look that moved the walk looks again soon
+        self.secrets = secret_texts(record.values, record.secret_paths)
         self._save, self.settings = checkpoint, settings
         self.translator = translator or Translator({})
         self.placement = dict(placement or {})
@@ -120,7 +172,6 @@ class Executor:
         return self.record.run
 
     def checkpoint(self) -> None:
-        self._moves += 1
         try:
             self._save(self.record)
         except Exception as exc:
@@ -129,15 +180,14 @@ class Executor:
     def advance(self, left: Callable[[], float]) -> float | None:
         """Walk until the run ends (None) or this call's time is up: the delay before the next call.
         `left()` is the seconds this call may still spend."""
-        wait = min(FIRST_LOOK, self.settings.poll_interval)
+        configured = self.settings.check_interval
+        check = configured if configured is not None else getattr(self.backend, "check_interval", CHECK_INTERVAL)
+        wait = min(float(check), self.settings.poll_interval)
         while True:
-            moved = self._moves
             if self._tick():
                 return None
-            poll = self.settings.poll_interval
             if left() <= wait:
-                return poll
-            wait = FIRST_LOOK if self._moves != moved else min(poll, wait * BACKOFF)
+                return self.settings.poll_interval
             self.sleep(wait)
 
     def _stages(self) -> list[dict[str, Any]]:
@@ -170,6 +220,8 @@ class Executor:
             if not self._stage_done(stage):
                 return False
             failure = self._stage_failure(stage)
+            if failure is None and not run["aborting"]:
+                failure = self._follow_nodes_order(stage)
             if failure is not None and not run["aborting"]:
                 step, reason = failure
                 run["reason"] = reason
@@ -182,6 +234,35 @@ class Executor:
             run["stage"] += 1
             self.checkpoint()
         return True
+
+    def _follow_nodes_order(self, stage: Mapping[str, Any]) -> tuple[plans.Step, str] | None:
+        """After a ``get_nodes_order`` stage: the phase's remaining one-node blocks in the order it
+        printed; a failure (step, Reason) when it names a node this cluster does not have."""
+        steps = [(index, doc) for index, doc in enumerate(stage["steps"]) if doc["name"] == GET_NODES_ORDER]
+        if not steps:
+            return None
+        by_shown = {}
+        for node in self.record.nodes:
+            for shown in (node.get("cln"), node["node_id"], node.get("instance_id")):
+                if shown:
+                    by_shown[str(shown)] = str(node["node_id"])
+        order: list[str] = list(self.run.get("nodes_order") or [])
+        for index, doc in steps:
+            results = self.run["steps"][self._key(index)].get("results") or {}
+            outputs = (plans.parse_nodes_order(str(result.get("output") or "")) for result in results.values())
+            printed = next((ids for ids in outputs if ids), [])  # the first node that printed an order
+            unknown = [node for node in printed if node not in by_shown]
+            if unknown:
+                step = _step_of(doc)
+                return step, (f"service {GET_NODES_ORDER} of role {step.role} printed node id(s) "
+                              f"{', '.join(unknown[:5])[:_OUTPUT_SHOWN]} that this cluster does not have "
+                              f"(it prints the nodes' node_id, comma-separated)")
+            order += [by_shown[node] for node in printed if by_shown[node] not in order]
+        self.run["nodes_order"] = order
+        phase = self.run["phases"][self.run["phase"]]
+        at = self.run["stage"] + 1
+        phase["stages"] = phase["stages"][:at] + plans.follow_nodes_order(phase["stages"][at:], order)
+        return None
 
     def _announce(self, stage: Mapping[str, Any]) -> None:
         """Tell `on_stage` once per stage what it runs (``scale-out: start, order 1: web-3, web-4``)."""
@@ -200,8 +281,9 @@ class Executor:
         self.checkpoint()
 
     def _stage_done(self, stage: Mapping[str, Any]) -> bool:
-        """Start what has not started, collect what ended; True once every step of the stage ended."""
-        done = True
+        """Start what has not started, collect what ended; True once every step of the stage ended
+        (the caller saves the record then, with the stage's next position)."""
+        done, ended = True, False
         for index, doc in enumerate(stage["steps"]):
             key = self._key(index)
             entry = self.run["steps"].setdefault(key, {"done": False})
@@ -220,9 +302,10 @@ class Executor:
                                               f"backend failed: {type(exc).__name__}: {exc}")
                 finished = True
             if finished:
-                entry["done"] = True
-                self.checkpoint()
+                entry["done"] = ended = True
             done = done and finished
+        if ended and not done:
+            self.checkpoint()  # what ended so far, while the rest of the stage runs on
         return done
 
     def _stage_failure(self, stage: Mapping[str, Any]) -> tuple[plans.Step, str] | None:
@@ -255,7 +338,7 @@ class Executor:
         else:
             message = self.translator.error_message(code) if code > 0 else None
             what = f"exit code {code}" + (f": {message}" if message else "")
-        output = (result.get("output") or "").strip().splitlines()
+        output = scrub(result.get("output") or "", self.secrets).strip().splitlines()
         tail = f"; its output ends: {output[-1][:_OUTPUT_SHOWN]}" if output else ""
         others = f" (and {len(failed) - 1} more node(s))" if len(failed) > 1 else ""
         gate = "; the operation was stopped" if step.blocking else ""
@@ -287,10 +370,10 @@ class Executor:
         if not nodes or not step.cmd:
             entry["results"] = {}
             return True
-        if "invocation" not in entry:
+        if not entry.get("started"):
+            # The id derives from the run and the step: a walk killed before the save below starts
+            # the same id again, which the backend's idempotent start turns into a poll.
             entry["invocation"] = self._invocation(key)
-            self.checkpoint()  # the id first: a restarted walk polls this invocation instead of running it again
-        if not entry.get("started"):  # again after a restart in between: the backend's start is idempotent by id
             self.backend.start_command(self.record.cluster_id, entry["invocation"], nodes, step.cmd,
                                        timeout=self._timeout(step), env=self.service_env(step))
             entry["started"] = True
@@ -298,7 +381,11 @@ class Executor:
         results = self.backend.command_results(self.record.cluster_id, entry["invocation"])
         if any(results.get(node) is None for node in nodes):
             return False
-        entry["results"] = {node: results[node].to_json() for node in nodes}  # type: ignore[union-attr]
+        entry["results"] = {}
+        for node in nodes:
+            kept = results[node].to_json()  # type: ignore[union-attr]
+            kept["output"] = scrub(str(kept.get("output") or ""), self.secrets)
+            entry["results"][node] = kept
         operation = self.run["phases"][self.run["phase"]]["operation"]
         for node in nodes:
             result = results[node]
@@ -311,14 +398,11 @@ class Executor:
         return True
 
     def _keep_custom_metadata(self, results: Mapping[str, Any]) -> None:
-        """custom_metadata prints a JSON object per node: its keys join the node's host entry."""
+        """custom_metadata prints the node's token (spec §3.2: "a string, or a string in JSON
+        form"): the whole output, stripped, as it was printed, is its ``token``."""
         for node, result in results.items():
-            try:
-                found = json.loads((result.output or "").strip().splitlines()[-1]) if result and result.output else None
-            except ValueError:
-                found = None
-            if isinstance(found, dict):
-                self.record.custom_metadata[node] = {str(k): str(v) for k, v in found.items()}
+            if result is not None:
+                self.record.custom_metadata[node] = {"token": (result.output or "").strip()}
         self.publish()
 
     # --- actions ----------------------------------------------------------------------------------
@@ -357,7 +441,9 @@ class Executor:
             self.publish()
         elif name == plans.START_NODES:
             backend.start_nodes(cid, self._existing(step.nodes))
-            return self._running(step, entry)
+            if not self._running(step, entry):
+                return False
+            self.publish()  # what changed while they were stopped (an env change, new nodes)
         elif name == plans.STOP_NODES:
             backend.stop_nodes(cid, self._existing(step.nodes))
         elif name == plans.BOOT_NEW_IMAGE:
@@ -473,7 +559,15 @@ class Executor:
         role_env = {role: node.env for role, node in self.cluster.roles.items()}
         adding = [by_id[n] for n in record.adding if n in by_id]
         deleting = [by_id[n] for n in record.deleting if n in by_id]
-        for node_id, host in by_id.items():
-            tree = metadata.self_tree(host, hosts, cluster_keys, self.cluster.env, adding=adding, deleting=deleting,
-                                      vertical_roles=record.vertical_roles, role_env=role_env)
+        trees = {node_id: metadata.self_tree(host, hosts, cluster_keys, self.cluster.env, adding=adding,
+                                             deleting=deleting, vertical_roles=record.vertical_roles,
+                                             role_env=role_env, definition=self.cluster)
+                 for node_id, host in by_id.items()}
+        many = getattr(self.backend, "publish_metadata_many", None)
+        if not trees:
+            return
+        if callable(many):
+            many(record.cluster_id, trees)
+            return
+        for node_id, tree in trees.items():
             self.backend.publish_metadata(record.cluster_id, node_id, tree)

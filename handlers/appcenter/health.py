@@ -10,15 +10,19 @@ replaces them (tests: a fraction of a second; the spec's minimum is 60 s).
 
 Locally the checks run in one agent process per cluster under the supervisor daemon that owns the
 nodes (`health_agent`), each command with the node's environment; it rewrites `health.json` in the
-cluster's folder after every round (`write_status`), which `crhelper appcenter status` reads. On ECS the deployed provider's time trigger does the same
-through Cloud Assistant (the ECS backend's own module).
+cluster's folder after every round (`write_status`), which `crhelper appcenter status` reads. On
+ECS the deployed provider's time trigger does the same through Cloud Assistant (`health_ecs`),
+keeping the same document in the health book beside the cluster store (`health_store`). The
+monitor command runs within 5 s (MONITOR_TIMEOUT), the check within its `timeout_sec`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -31,6 +35,8 @@ if TYPE_CHECKING:  # the agent and $APPCTL import this module: no pydantic at im
 UNKNOWN, HEALTHY, UNHEALTHY = "Unknown", "Healthy", "Unhealthy"
 PLAN_FILE, STATUS_FILE = "health-plan.json", "health.json"
 OUTPUT_BYTES = 2048
+#: The monitor command must finish within 5 s (spec §3.4), whatever the check's timeout_sec.
+MONITOR_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True)
@@ -150,7 +156,7 @@ def run_round(plan: Sequence[NodeChecks], health: dict[str, NodeHealth], run: Ru
                 state.actions += 1
                 state.last_action_exit, _ = run(checks, checks.action_cmd, checks.action_timeout)
         if checks.monitor_cmd:
-            code, output = run(checks, checks.monitor_cmd, checks.timeout)
+            code, output = run(checks, checks.monitor_cmd, MONITOR_TIMEOUT)
             if code == 0:
                 state.monitor, state.monitored_at = monitor_values(output, checks.monitor_items), time.time()
         due[checks.node_id] = now + checks.interval
@@ -160,19 +166,36 @@ def run_round(plan: Sequence[NodeChecks], health: dict[str, NodeHealth], run: Ru
     return True
 
 
-def shell_runner(node_env: Callable[[str], Mapping[str, str]], cwd_of: Callable[[str], str]) -> Runner:
-    """A Runner of real shell commands in the node's folder, with its environment."""
-
-    def run(checks: NodeChecks, cmd: str, timeout: float) -> tuple[int, str]:
+def run_shell(cmd: str, timeout: float, *, cwd: str, env: Mapping[str, str]) -> tuple[int, str]:
+    """(exit code, output tail) of `cmd` under /bin/sh in a session of its own. At the timeout the
+    whole process group goes (SIGKILL): what the command started too, not only `sh`. The output goes
+    to a file, not a pipe, so a server the command leaves running in the background (an action_cmd
+    restarting one) neither holds the check up nor is killed once `sh` has exited."""
+    with tempfile.TemporaryFile() as out:
         try:
-            done = subprocess.run(["/bin/sh", "-c", cmd], cwd=cwd_of(checks.node_id),
-                                  env={**os.environ, **node_env(checks.node_id)}, capture_output=True, text=True,
-                                  timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return -9, f"timed out after {timeout:g} s"
+            proc = subprocess.Popen(["/bin/sh", "-c", cmd], cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as exc:
             return -1, str(exc)
-        return done.returncode, (done.stdout + done.stderr)[-OUTPUT_BYTES:]
+        try:
+            code = proc.wait(timeout)
+            note = ""
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            code, note = -9, f"\ntimed out after {timeout:g} s"
+        out.seek(0)
+        return code, (out.read().decode("utf-8", "replace") + note)[-OUTPUT_BYTES:]
+
+
+def shell_runner(node_env: Callable[[str], Mapping[str, str]], cwd_of: Callable[[str], str]) -> Runner:
+    """A Runner of real shell commands in the node's folder, with its environment (`run_shell`)."""
+
+    def run(checks: NodeChecks, cmd: str, timeout: float) -> tuple[int, str]:
+        return run_shell(cmd, timeout, cwd=cwd_of(checks.node_id), env={**os.environ, **node_env(checks.node_id)})
 
     return run
 

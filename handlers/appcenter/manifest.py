@@ -27,6 +27,8 @@ manifest = ProviderManifest(
         EnvVar("CRHELPER_APPCENTER_DEADLINE", "Custom::AppCluster's deadline (s)", "43200"),
         EnvVar("CRHELPER_APPCENTER_HEALTH_INTERVAL", "replaces every health_check and monitor interval (s)",
                "the package's (at least 60)"),
+        EnvVar("CRHELPER_APPCENTER_CHECK_INTERVAL", "seconds between looks at running commands within one invocation",
+               "the backend's: 0.05 local, 1 on ecs"),
         EnvVar("CRHELPER_TEMPLATE_DIR", "the folder a relative Package is resolved against (the template's)",
                "the working directory"),
     ),

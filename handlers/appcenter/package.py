@@ -16,16 +16,18 @@ override, as in ``CRHELPER_STORE``.
 
 from __future__ import annotations
 
+import functools
 import gzip
+import hashlib
 import io
 import json
 import os
 import tarfile
 import zipfile
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any, Iterable, Mapping
+from typing import IO, Any, Generic, Iterable, Mapping, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from .problems import InvalidPackage, PackageUnreadable, Problem
@@ -56,6 +58,8 @@ class Package:
     replace_policy: Mapping[str, Any] = field(default_factory=dict)
     #: language (the file name without .json, lower case: ``zh-cn``) -> source string -> translation
     locales: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: SHA-256 of config.json's bytes: `config.parse_config` caches the parsed form by it.
+    config_digest: str = ""
 
 
 def _wanted(name: str) -> bool:
@@ -330,8 +334,47 @@ def _replace_policy_problems(policy: Any) -> list[Problem]:
     return found
 
 
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, eq=False)
+class ByDigest(Generic[_T]):
+    """A value with the digest of the bytes it comes from, equal and hashed by the digest alone:
+    the key of a `functools.lru_cache` that parses each content once (the value rides along)."""
+
+    digest: str
+    value: _T
+
+    def __hash__(self) -> int:
+        return hash(self.digest)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ByDigest) and other.digest == self.digest
+
+
+def files_digest(files: Mapping[str, bytes]) -> str:
+    """SHA-256 over the files' names and bytes (lengths included, so no two sets collide by concatenation)."""
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        data = files[name]
+        digest.update(f"{len(name)}:{name}:{len(data)}:".encode("utf-8", "surrogatepass"))  # any name a folder lists
+        digest.update(data)
+    return digest.hexdigest()
+
+
 def parse_files(files: Mapping[str, bytes], source: str) -> Package:
-    """The files of a package -> `Package`; raises `InvalidPackage` listing every file problem."""
+    """The files of a package -> `Package`; raises `InvalidPackage` listing every file problem.
+    Files seen lately (by content) are not parsed again: a Package is read-only."""
+    package = _parsed(ByDigest(files_digest(files), files))
+    return package if package.source == source else replace(package, source=source)
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed(files: ByDigest[Mapping[str, bytes]]) -> Package:
+    return _parse_files(files.value, "")
+
+
+def _parse_files(files: Mapping[str, bytes], source: str) -> Package:
     problems = [Problem(name, "required file missing") for name in REQUIRED if name not in files]
     texts = {name: decode_text(name, data, problems) for name, data in sorted(files.items())}
     parsed: dict[str, Any] = {}
@@ -357,7 +400,8 @@ def parse_files(files: Mapping[str, bytes], source: str) -> Package:
     template = texts[TEMPLATE]
     assert template is not None
     return Package(source=source, config=parsed[CONFIG], template=template,
-                   replace_policy=policy if isinstance(policy, dict) else {}, locales=locales)
+                   replace_policy=policy if isinstance(policy, dict) else {}, locales=locales,
+                   config_digest=hashlib.sha256(files[CONFIG]).hexdigest())
 
 
 def read_files(source: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> dict[str, bytes]:

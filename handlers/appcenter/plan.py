@@ -8,11 +8,14 @@ non-zero exit (``pre_check``, the destroy gate); ``allow_force`` says whether ``
 failing ``destroy``; `Plan.on_abort` is what runs when a blocking step stops the operation.
 
 Where the spec leaves room, the choices are: ``pre_check`` runs on the nodes that stay, right after
-the scale-in's ``/deleting-hosts`` is registered (before any ``destroy``) and right before the
-scale-out's ``scale_out``; ``scale_out``/``scale_in`` run on the old/remaining nodes of every role
-that defines them; the leaving nodes of a scale-in are the role's last ones (highest ``sid``); an
-aborted scale-out releases its new nodes. Node names are ``<role>-<sid>`` unless the caller gives
-the topology (the real node ids) itself.
+the scale-in's ``/deleting-hosts`` is registered (before any ``destroy``), and first of all in a
+scale-out (§7 "pre_check first": before ``create-resources``, so a blocked scale-out boots
+nothing; the old nodes' metadata is published just before it, so they check what the Update
+changed); ``scale_out``/``scale_in`` run on the old/remaining nodes of every role that defines
+them; the leaving nodes of a scale-in are the role's last ones (highest ``sid``); an aborted
+scale-out releases what it made. Nothing runs on a stopped cluster's nodes: its plans (`running`
+False) only create, resize, re-image, register and release. Node names are ``<role>-<sid>``
+unless the caller gives the topology (the real node ids) itself.
 
 Pure: nothing here runs a command; an executor walks the stages (and later the resource stores
 where it is, so a restarted process resumes).
@@ -20,6 +23,7 @@ where it is, so a restarted process resumes).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
@@ -50,6 +54,10 @@ Topology = Mapping[str, Sequence[str]]
 
 class PlanError(ValueError):
     """The operation cannot be planned for this cluster (the message says why)."""
+
+
+class CountError(PlanError):
+    """The caller asked to remove more nodes than the role has (a usage error, not the package's)."""
 
 
 @dataclass(frozen=True)
@@ -86,13 +94,20 @@ class Step:
 
 @dataclass(frozen=True)
 class Stage:
-    """Steps that run together; `label` says why they are here (``start, order 1``)."""
+    """Steps that run together; `label` says why they are here (``start, order 1``). `node` marks
+    the stages of a one-node-at-a-time block (a sequential upgrade), which ``get_nodes_order``'s
+    output may reorder (`follow_nodes_order`)."""
 
     label: str
     steps: tuple[Step, ...]
+    node: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"Label": self.label, "Parallel": len(self.steps) > 1, "Steps": [step.to_json() for step in self.steps]}
+        doc: dict[str, Any] = {"Label": self.label, "Parallel": len(self.steps) > 1,
+                               "Steps": [step.to_json() for step in self.steps]}
+        if self.node is not None:
+            doc["Node"] = self.node
+        return doc
 
 
 @dataclass(frozen=True)
@@ -173,13 +188,16 @@ def _pre_start(node: Node, service: Service) -> bool:
     return not service.post_start_service
 
 
-def _bring_up(cluster: Cluster, nodes: Topology) -> list[Stage]:
-    """init (unless post_start_service), custom_metadata, start, then the post-start inits (§7)."""
+def _bring_up(cluster: Cluster, nodes: Topology, *, start: bool = True) -> list[Stage]:
+    """init (unless post_start_service), custom_metadata, start, then the post-start inits (§7);
+    without `start`, only what comes before it."""
     stages = by_order(cluster, "init", nodes, keep=_pre_start)
     metadata = [Step("service", CUSTOM_METADATA, node.name, _with_replicas(nodes, node.name), cmd=node.custom_metadata.cmd)
                 for node in cluster.nodes if node.custom_metadata is not None and _with_replicas(nodes, node.name)]
     if metadata:
         stages.append(Stage(CUSTOM_METADATA, tuple(metadata)))
+    if not start:
+        return stages
     stages += by_order(cluster, "start", nodes)
     stages += by_order(cluster, "init", nodes, "init (post_start_service)", keep=_post_start)
     return stages
@@ -206,9 +224,13 @@ def plan_create(cluster: Cluster, topology: Topology | None = None) -> Plan:
     return Plan(CREATE, tuple(stages), before={}, after=nodes)
 
 
-def plan_delete(cluster: Cluster, topology: Topology | None = None) -> Plan:
+def plan_delete(cluster: Cluster, topology: Topology | None = None, *, running: bool = True) -> Plan:
+    """Tear down (the destroy gate, stop by order), then release the nodes and deregister. A
+    stopped cluster (`running` False) runs no service: nothing runs on stopped nodes (§7 orders
+    the services of an active cluster; the spec says nothing of a stopped one), so its nodes are
+    released without ``destroy`` or ``stop``, and Force and ``allow_force`` do not apply."""
     nodes = _topology(cluster, topology)
-    stages = [*_tear_down(cluster, nodes), _action(DELETE_RESOURCES, _all_nodes(nodes)),
+    stages = [*(_tear_down(cluster, nodes) if running else ()), _action(DELETE_RESOURCES, _all_nodes(nodes)),
               _action(DEREGISTER_METADATA, ())]
     return Plan(DELETE, tuple(stages), before=nodes, after={})
 
@@ -223,8 +245,13 @@ def _scalable(cluster: Cluster, role: str, count: int) -> Node:
     return cluster.node(role)
 
 
-def plan_scale_out(cluster: Cluster, role: str, count: int, topology: Topology | None = None) -> Plan:
-    """Add `count` nodes to `role` (§7 "Add nodes")."""
+def plan_scale_out(cluster: Cluster, role: str, count: int, topology: Topology | None = None, *,
+                   running: bool = True) -> Plan:
+    """Add `count` nodes to `role` (§7 "Add nodes"). The old nodes' ``pre_check`` runs first, so a
+    blocked scale-out boots nothing. A stopped cluster (`running` False) runs nothing on its
+    stopped nodes (no pre_check, no scale_out): the new nodes are created, registered and get their
+    ``init`` and ``custom_metadata``, then are stopped like the others (``start`` runs at the
+    cluster's next start)."""
     node = _scalable(cluster, role, count)
     old = _topology(cluster, topology)
     existing = old.get(role, ())
@@ -234,23 +261,33 @@ def plan_scale_out(cluster: Cluster, role: str, count: int, topology: Topology |
         have = len(old.get(replica, ()))
         new[replica] = tuple(f"{replica}-{sid}" for sid in range(have + 1, have + count * node.replica + 1))
     added = _all_nodes(new)
-    stages = [_action(CREATE_RESOURCES, added), _action(REGISTER_ADDING_HOSTS, added, "register /hosts and /adding-hosts"),
-              _action(START_CONFD, added), *_bring_up(cluster, new),
-              *by_order(cluster, "scale_out", old, pre_check=True, blocking=True),
-              *by_order(cluster, "scale_out", old), _action(CLEAR_ADDING_HOSTS, (), "clear /adding-hosts")]
+    made = [_action(CREATE_RESOURCES, added), _action(REGISTER_ADDING_HOSTS, added, "register /hosts and /adding-hosts"),
+            _action(START_CONFD, added)]
+    if running:
+        gate = by_order(cluster, "scale_out", old, pre_check=True, blocking=True)
+        if gate:  # the old nodes check what the Update changed (their metadata, published first)
+            gate.insert(0, _action(REGISTER_METADATA, (), "register-metadata (for pre_check)"))
+        stages = [*gate, *made, *_bring_up(cluster, new), *by_order(cluster, "scale_out", old),
+                  _action(CLEAR_ADDING_HOSTS, (), "clear /adding-hosts")]
+    else:
+        stages = [*made, *_bring_up(cluster, new, start=False), _action(STOP_NODES, added),
+                  _action(CLEAR_ADDING_HOSTS, (), "clear /adding-hosts")]
     after = {name: old.get(name, ()) + new.get(name, ()) for name in {**old, **new}}
     abort = (_action(DELETE_RESOURCES, added), _action(DEREGISTER_METADATA, added),
              _action(CLEAR_ADDING_HOSTS, (), "clear /adding-hosts"))
     return Plan(SCALE_OUT, tuple(stages), on_abort=abort, before=old, after=after)
 
 
-def plan_scale_in(cluster: Cluster, role: str, count: int, topology: Topology | None = None) -> Plan:
-    """Remove the last `count` nodes of `role` (§7 "Delete nodes")."""
+def plan_scale_in(cluster: Cluster, role: str, count: int, topology: Topology | None = None, *,
+                  running: bool = True) -> Plan:
+    """Remove the last `count` nodes of `role` (§7 "Delete nodes"). On a stopped cluster (`running`
+    False) nothing runs on the stopped nodes (as for deleting a stopped cluster): the leaving nodes
+    are registered under ``/deleting-hosts`` and released."""
     node = _scalable(cluster, role, count)
     old = _topology(cluster, topology)
     existing = old.get(role, ())
     if count > len(existing):
-        raise PlanError(f"role {role} has {len(existing)} node(s); cannot remove {count}")
+        raise CountError(f"role {role} has {len(existing)} node(s); cannot remove {count}")
     leaving = {role: tuple(existing[len(existing) - count:])}
     if node.replica:
         replica = role + REPLICA_SUFFIX
@@ -269,18 +306,27 @@ def plan_scale_in(cluster: Cluster, role: str, count: int, topology: Topology | 
         middle = scale_in + stop + destroy_stages
     else:
         middle = destroy_stages + scale_in + stop
-    stages = [_action(REGISTER_DELETING_HOSTS, gone, "register /deleting-hosts"),
-              *by_order(cluster, "scale_in", remaining, pre_check=True, blocking=True), *middle,
+    if not running:
+        middle = []
+    gate = by_order(cluster, "scale_in", remaining, pre_check=True, blocking=True) if running else []
+    stages = [_action(REGISTER_DELETING_HOSTS, gone, "register /deleting-hosts"), *gate, *middle,
               _action(DELETE_RESOURCES, gone), _action(DEREGISTER_METADATA, gone),
               _action(CLEAR_DELETING_HOSTS, (), "clear /deleting-hosts")]
     abort = (_action(CLEAR_DELETING_HOSTS, (), "clear /deleting-hosts"),)
     return Plan(SCALE_IN, tuple(stages), on_abort=abort, before=old, after=remaining)
 
 
-def plan_start(cluster: Cluster, topology: Topology | None = None) -> Plan:
+def plan_start(cluster: Cluster, topology: Topology | None = None, *, upgrade: bool = False) -> Plan:
+    """Power the nodes on, then ``start`` by order; with `upgrade` (an upgrade made while the
+    cluster was stopped), the new version's ``upgrade`` services around ``start`` as a parallel
+    upgrade runs them (§7)."""
     nodes = _topology(cluster, topology)
-    stages = [_action(START_NODES, _all_nodes(nodes)), _action(START_CONFD, _all_nodes(nodes)),
-              *by_order(cluster, "start", nodes)]
+    stages = [_action(START_NODES, _all_nodes(nodes)), _action(START_CONFD, _all_nodes(nodes))]
+    if upgrade:
+        stages += [*by_order(cluster, "upgrade", nodes, "upgrade", keep=_pre_start), *by_order(cluster, "start", nodes),
+                   *by_order(cluster, "upgrade", nodes, "upgrade (post_start_service)", keep=_post_start)]
+    else:
+        stages += by_order(cluster, "start", nodes)
     return Plan(START, tuple(stages), before=nodes, after=nodes)
 
 
@@ -329,10 +375,17 @@ def _plan_restore(cluster: Cluster, nodes: Topology) -> Plan:
     return Plan(RESTORE, tuple(stages), before=shown, after=shown)
 
 
-def plan_upgrade(cluster: Cluster, topology: Topology | None = None) -> Plan:
-    """The new version's services under its ``upgrading_policy`` (§7 "Upgrade")."""
+def plan_upgrade(cluster: Cluster, topology: Topology | None = None, *, running: bool = True) -> Plan:
+    """The new version's services under its ``upgrading_policy`` (§7 "Upgrade"). The sequential
+    policies go one node at a time, each node's stages marked with it, in topology order until
+    ``get_nodes_order`` (the roles whose one has the ``upgrade`` event) prints the order to follow.
+    A stopped cluster (`running` False) is not started: it gets the new image (or, in place, the
+    new files) now, and the ``upgrade`` services run at its next start (`plan_start(upgrade=True)`)."""
     nodes = _topology(cluster, topology)
     policy = cluster.upgrading_policy
+    if not running:
+        swap = COPY_DATA if policy.startswith("in-place") else BOOT_NEW_IMAGE
+        return Plan(UPGRADE, (_action(swap, _all_nodes(nodes)),), before=nodes, after=nodes)
     ordering = by_order(cluster, "get_nodes_order", nodes,
                         keep=lambda node, service: "upgrade" in (service.event or ()))
     pre = by_order(cluster, "upgrade", nodes, "upgrade", keep=_pre_start)
@@ -348,34 +401,65 @@ def plan_upgrade(cluster: Cluster, topology: Topology | None = None) -> Plan:
             for member in members:
                 one = {role: (member,)}
                 if policy == "sequential":
-                    stages += [*by_order(cluster, "stop", one), _action(BOOT_NEW_IMAGE, (member,), role=role),
-                               _action(START_CONFD, (member,), role=role),
-                               *by_order(cluster, "upgrade", one, "upgrade", keep=_pre_start),
-                               *by_order(cluster, "start", one),
-                               *by_order(cluster, "upgrade", one, "upgrade (post_start_service)", keep=_post_start)]
+                    block = [*by_order(cluster, "stop", one), _action(BOOT_NEW_IMAGE, (member,), role=role),
+                             _action(START_CONFD, (member,), role=role),
+                             *by_order(cluster, "upgrade", one, "upgrade", keep=_pre_start),
+                             *by_order(cluster, "start", one),
+                             *by_order(cluster, "upgrade", one, "upgrade (post_start_service)", keep=_post_start)]
                 else:
-                    stages += by_order(cluster, "upgrade", one)
+                    block = by_order(cluster, "upgrade", one)
+                stages += [replace(stage, node=member) for stage in block]
     return Plan(UPGRADE, tuple(stages), before=nodes, after=nodes)
 
 
+def parse_nodes_order(output: str) -> list[str]:
+    """The node ids ``get_nodes_order`` printed: its last non-empty line, comma-separated (spaces
+    tolerated), each id once."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    found: list[str] = []
+    for part in re.split(r"[,\s]+", lines[-1]) if lines else []:
+        if part and part not in found:
+            found.append(part)
+    return found
+
+
+def follow_nodes_order(stages: Sequence[Mapping[str, Any]], order: Sequence[str]) -> list[Mapping[str, Any]]:
+    """`stages` (as JSON, each maybe with a ``node``) with the one-node blocks in `order`: the
+    stages of no node keep their places; the places of the blocks take the blocks of the nodes
+    `order` names, in that order, then the others' in their own order."""
+    blocks: dict[str, list[Mapping[str, Any]]] = {}
+    for stage in stages:
+        if stage.get("node") is not None:
+            blocks.setdefault(str(stage["node"]), []).append(stage)
+    ranked = [node for node in order if node in blocks] + [node for node in blocks if node not in order]
+    queue = iter([stage for node in ranked for stage in blocks[node]])
+    return [next(queue) if stage.get("node") is not None else stage for stage in stages]
+
+
 def plan_vertical_scaling(cluster: Cluster, roles: Sequence[str], disk_only: bool = False,
-                          topology: Topology | None = None) -> Plan:
+                          topology: Topology | None = None, *, running: bool = True) -> Plan:
     """Resize the nodes of `roles` (§7 "Vertical scaling"): disks alone online and in parallel;
-    otherwise stop, resize, start, node by node where ``vertical_scaling_policy`` is sequential."""
+    otherwise stop, resize, start, node by node where ``vertical_scaling_policy`` is sequential
+    (in the order ``get_nodes_order`` prints where a role's has the ``scale_vertical`` event).
+    A stopped cluster (`running` False) is resized as it is, not started."""
     nodes = _topology(cluster, topology)
     unknown = [role for role in roles if role not in cluster.roles]
     if unknown:
         raise PlanError(f"no role {', '.join(unknown)}; roles: {', '.join(cluster.roles)}")
     stages = [_action(REGISTER_VERTICAL, (), "register vertical-scaling-roles")]
+    one_by_one = [role for role in roles if cluster.node(role).vertical_scaling_policy == "sequential"]
+    if running and not disk_only and one_by_one:  # the order the package asks for (event scale_vertical)
+        stages += by_order(cluster, "get_nodes_order", {role: _with_replicas(nodes, role) for role in one_by_one},
+                           keep=lambda node, service: "scale_vertical" in (service.event or ()))
     for role in roles:
         members = _with_replicas(nodes, role)
-        if disk_only:
+        if disk_only or not running:
             stages.append(_action(RESIZE, members, role=role))
-        elif cluster.node(role).vertical_scaling_policy == "sequential":
+        elif role in one_by_one:
             for member in members:
                 one = {role: (member,)}
-                stages += [*by_order(cluster, "stop", one), _action(RESIZE, (member,), role=role),
-                           *by_order(cluster, "start", one)]
+                stages += [replace(stage, node=member) for stage in (
+                    *by_order(cluster, "stop", one), _action(RESIZE, (member,), role=role), *by_order(cluster, "start", one))]
         else:
             one_role = {role: members}
             stages += [*by_order(cluster, "stop", one_role), _action(RESIZE, members, role=role),

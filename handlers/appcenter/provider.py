@@ -12,7 +12,14 @@ its create plan; Update plans the difference (`changes.plan_update`: upgrade, ve
 scale out/in, env, DesiredState, RunService) after refusing `changeable: false` changes (an
 upgrade's too: what cannot change carries its deployed value over the new version's default); Delete
 runs the tear-down (the destroy gate; `Force`, read as ROS passes it, where `allow_force`
-permits) and releases the nodes.
+permits) and releases the nodes. Deleting a Stopped cluster runs no service at all (nothing runs
+on stopped nodes, and the spec's Delete orders are those of an active cluster): no ``destroy``,
+so Force and ``allow_force`` do not apply, which the Delete's log line says; the nodes are
+released. An Update that replaces a run left unfinished (an earlier Update abandoned mid-run)
+clears what that run had registered (``/adding-hosts``, ``/deleting-hosts``,
+``vertical-scaling-roles``) and republishes the metadata first.
+Secrets (``password``/``accesskey`` items) are masked in the stored Inputs; their values stay in
+the stored values, which the nodes' metadata needs.
 A failed Create releases what it made: ROS sends its Delete without a physical id we made.
 A relative `Package` is resolved against the template's folder (`CRHELPER_TEMPLATE_DIR`, else the
 working directory) at Create and stored absolute.
@@ -42,8 +49,8 @@ from .backends import NodeBackend
 from .changes import STOPPED, Changes, plan_update
 from .check import Checked, check_package
 from .cluster import Cluster
-from .config import SERVICE_PARAMS, Config, parse_config
-from .executor import OWNER, PACKAGE_DIR, Executor, new_run, phase_of
+from .config import ACCESSKEY, PASSWORD, SERVICE_PARAMS, Config, parse_config
+from .executor import OWNER, PACKAGE_DIR, Executor, masked_inputs, new_run, phase_of
 from .health import health_plan
 from .locale import Translator
 from .model import APP_CLUSTER_TYPE, AppClusterProps, ros_boolean
@@ -134,6 +141,24 @@ def _check(package: Package, props: AppClusterProps, previous: Mapping[str, Any]
     if not checked.ok or checked.cluster is None:
         raise _problems_failure(f"Package {package.source} with these Inputs", checked.errors)
     return checked
+
+
+def secret_paths(config: Config | None) -> list[str]:
+    """The paths of the package's secret items (``password``, ``accesskey``)."""
+    return [path for path, item in (config.items.items() if config is not None else ())
+            if item.type in (PASSWORD, ACCESSKEY)]
+
+
+def clear_abandoned(record: ClusterRecord) -> list[dict[str, Any]]:
+    """Before a new run: drop the temporary keys an earlier run left registered (one abandoned
+    mid-run by a new request, or one that failed between registering and clearing them) and
+    return the phase that republishes the metadata without them (none when nothing was left)."""
+    if not (record.adding or record.deleting or record.vertical_roles):
+        return []
+    record.adding, record.deleting, record.vertical_roles = [], [], []
+    republish = plans.Plan("cleanup", (plans.Stage("republish the metadata after an abandoned run",
+                                                   (plans.Step("action", plans.REGISTER_METADATA, None, ()),)),))
+    return [phase_of(republish, False, "clear what an abandoned run registered")]
 
 
 def cluster_of(record: ClusterRecord) -> Cluster:
@@ -314,9 +339,11 @@ def build_provider(provider: Provider | None = None) -> Provider:
                 cluster_id=state.cluster_id, stack_id=request.stack_id, logical_id=request.logical_resource_id,
                 request_id=request.request_id, backend=props.Backend or settings.backend, package=path,
                 template_dir=template_dir, version=props.Version or "", language=props.Language, zone=props.Zone,
-                resource_group=props.ResourceGroup, inputs=dict(props.Inputs), values=dict(checked.values.values),
+                resource_group=props.ResourceGroup, values=dict(checked.values.values),
                 rendered=_rendered(checked.cluster), desired_state=props.DesiredState,
-                run_token=props.RunService.Token if props.RunService else None, force=props.Force)
+                run_token=props.RunService.Token if props.RunService else None, force=props.Force,
+                secret_paths=secret_paths(checked.config))
+            record.inputs = masked_inputs(props.Inputs, record.secret_paths)
             phases = [phase_of(plans.plan_create(checked.cluster), props.Force, "create")]
             if props.DesiredState == STOPPED:
                 phases.append(phase_of(plans.plan_stop(checked.cluster), props.Force, "DesiredState Stopped"))
@@ -348,7 +375,8 @@ def build_provider(provider: Provider | None = None) -> Provider:
         key = f"{request.request_id}:update"
         if record.run is None or record.run.get("key") != key:
             changes = begin_update(record, props, settings)
-            record.run = {**new_run(key, changes.phases), "upgrade_audit": changes.upgrade_audit}
+            phases = clear_abandoned(record) + changes.phases
+            record.run = {**new_run(key, phases), "upgrade_audit": changes.upgrade_audit}
             if changes.phases:
                 pause_health(record, settings)
             store.save(record)
@@ -370,10 +398,15 @@ def build_provider(provider: Provider | None = None) -> Provider:
         key = f"{request.request_id}:delete"
         if record.run is None or record.run.get("key") != key:
             cluster = cluster_of(record)
-            plan = plans.plan_delete(cluster, record.topology())
-            if record.desired_state == STOPPED:  # nothing runs on stopped nodes: only release them
-                plan = dataclasses.replace(plan, stages=tuple(s for s in plan.stages if s.steps[0].kind == "action"))
+            stopped = record.desired_state == STOPPED
+            plan = plans.plan_delete(cluster, record.topology(), running=not stopped)
             force = delete_force(props)
+            if stopped:  # a warning where the user asked to force: there is nothing to force
+                (log.warning if force else log.info)(
+                    f"cluster {record.cluster_id} is Stopped: its delete runs no service (nothing runs on stopped "
+                    "nodes), so no destroy gate and Force/allow_force do not apply; its nodes are released",
+                    extra={"fields": {"ClusterId": record.cluster_id}})
+            record.adding, record.deleting, record.vertical_roles = [], [], []
             record.run, record.status = new_run(key, [phase_of(plan, force, "delete")]), DELETING
             pause_health(record, settings)
             store.save(record)
@@ -441,13 +474,16 @@ def begin_update(record: ClusterRecord, props: AppClusterProps, settings: AppCen
     try:
         changes = plan_update(old, new, record.topology(), upgrade=(record.version, version) if upgrading else None,
                               desired=(record.desired_state, props.DesiredState), run_service=run_service,
-                              force=props.Force)
+                              force=props.Force, pending_upgrade=record.pending_upgrade)
     except plans.PlanError as exc:
         raise Failure(str(exc)) from None
     record.package, record.version, record.language = path, version, props.Language
-    record.resource_group, record.inputs, record.values = props.ResourceGroup, dict(props.Inputs), dict(checked.values.values)
+    record.secret_paths = secret_paths(config)
+    record.resource_group, record.values = props.ResourceGroup, dict(checked.values.values)
+    record.inputs = masked_inputs(props.Inputs, record.secret_paths)
     record.rendered, record.desired_state, record.run_token, record.force = (
         _rendered(new), props.DesiredState, token, props.Force)
+    record.pending_upgrade = changes.pending_upgrade
     log.info(f"cluster {record.cluster_id}: update: {'; '.join(changes.notes) or 'no lifecycle change'}",
              extra={"fields": {"ClusterId": record.cluster_id}})
     return changes
@@ -456,3 +492,5 @@ def begin_update(record: ClusterRecord, props: AppClusterProps, settings: AppCen
 #: The module-level provider; `handler` is the Function Compute entry point.
 provider = build_provider()
 handler = provider.fc_handler
+from .health_ecs import ecs_health_round  # noqa: E402 - the ecs backend's health checks run on the time trigger
+provider.on_timer(ecs_health_round, name="appcenter-ecs-health")

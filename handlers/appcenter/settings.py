@@ -17,6 +17,7 @@ ENV_STEP_BUDGET = "CRHELPER_APPCENTER_STEP_BUDGET"
 ENV_MAX_SERVICE_TIMEOUT = "CRHELPER_APPCENTER_MAX_SERVICE_TIMEOUT"
 ENV_NODE_TIMEOUT = "CRHELPER_APPCENTER_NODE_TIMEOUT"
 ENV_HEALTH_INTERVAL = "CRHELPER_APPCENTER_HEALTH_INTERVAL"
+ENV_CHECK_INTERVAL = "CRHELPER_APPCENTER_CHECK_INTERVAL"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,7 +28,9 @@ class AppCenterSettings:
     `max_service_timeout`: a cap on every service's `timeout` (86400 s by the spec; tests lower it).
     `node_timeout`: how long nodes may take to read Running after create or start.
     `health_interval`: replaces every health_check and monitor interval (None: the package's,
-    at least 60 s; tests use a fraction of a second)."""
+    at least 60 s; tests use a fraction of a second). `check_interval`: within one handler call, the
+    seconds between looks at running commands (None: the backend's own, 0.05 s locally, 1 s on
+    `ecs`, where each look is a DescribeInvocationResults call against the API's rate limits)."""
 
     backend: str = "local"
     poll_interval: float = 5.0
@@ -35,6 +38,7 @@ class AppCenterSettings:
     max_service_timeout: float = 86400.0
     node_timeout: float = 600.0
     health_interval: float | None = None
+    check_interval: float | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "AppCenterSettings":
@@ -48,4 +52,5 @@ class AppCenterSettings:
                                           maximum=86400.0),
             node_timeout=env_float(env, ENV_NODE_TIMEOUT, cls.node_timeout, minimum=0.1, maximum=86400.0),
             health_interval=env_float(env, ENV_HEALTH_INTERVAL, None, minimum=0.05, maximum=86400.0),
+            check_interval=env_float(env, ENV_CHECK_INTERVAL, None, minimum=0.01, maximum=60.0),
         )

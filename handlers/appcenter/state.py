@@ -45,7 +45,9 @@ CREATE TABLE IF NOT EXISTS clusters (
 class ClusterRecord:
     """One deployed cluster. `nodes` are dicts (node_id, role, sid, gid, gsid, instance_id, ip,
     cpu, memory, volume_size, instance_class) in role order; `run` is the lifecycle in progress or
-    the last one (`executor.Run` as JSON); `journal` what ran, newest last."""
+    the last one (`executor.Run` as JSON); `journal` what ran, newest last. `inputs` are the
+    resource's Inputs as given, secrets masked; `values` every item's value as deployed (what
+    the nodes get, secrets included)."""
 
     cluster_id: str
     stack_id: str = ""
@@ -70,6 +72,11 @@ class ClusterRecord:
     deleting: list[str] = dataclasses.field(default_factory=list)
     vertical_roles: list[str] = dataclasses.field(default_factory=list)
     custom_metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: An upgrade made while Stopped: its ``upgrade`` services run with the next start.
+    pending_upgrade: bool = False
+    #: The paths of the package's secret items (``password``, ``accesskey``): masked in `inputs`,
+    #: scrubbed from command output kept here and from FAILED Reasons.
+    secret_paths: list[str] = dataclasses.field(default_factory=list)
     run: dict[str, Any] | None = None
     journal: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     created: float = dataclasses.field(default_factory=time.time)

@@ -13,14 +13,26 @@ from typing import Any, Mapping
 from .settings import AppCenterSettings
 from crhelper.paths import home as crhelper_home, state_dir
 
-from .state import DB_NAME, STATE_DIR, STORE_ENV, ClusterRecord
+from .state import DB_NAME, STATE_DIR, STORE_ENV, ClusterRecord, ClusterStore
 from .store_for import open_cluster_store
 
 
-def _health_of(record: ClusterRecord) -> tuple[Mapping[str, Any] | None, str]:
-    """What the backend's checks saw last, and a note when it cannot tell."""
+def _health_of(record: ClusterRecord, store: ClusterStore | None = None) -> tuple[Mapping[str, Any] | None, str]:
+    """What the backend's checks saw last, and a note when it cannot tell. An ecs cluster's health is
+    read from the health book beside `store` (the time trigger writes it): no cloud credentials needed."""
     from .backend_for import backend_for
 
+    if record.backend == "ecs" and store is not None:
+        from .health_store import health_book, status_of
+
+        try:
+            doc = health_book(store).get(record.cluster_id)
+        except Exception as exc:  # noqa: BLE001 - the rest of the status is still worth showing
+            return None, f"health unknown: the health book: {type(exc).__name__}: {exc}"
+        note = "" if doc and doc.get("watching") else (
+            "health checks paused (a lifecycle operation, or the cluster is stopped)" if doc and doc.get("plan")
+            else "")
+        return status_of(doc), note
     try:
         backend = backend_for(record.backend, AppCenterSettings.from_env())
         read = getattr(backend, "health", None)
@@ -91,7 +103,7 @@ def status(args: argparse.Namespace) -> int:
         print(f"no cluster {args.cluster!r} in {store.path}" + (f"; known: {', '.join(known)}" if known else ""),
               file=sys.stderr)
         return 1
-    health, note = _health_of(record)
+    health, note = _health_of(record, store)
     doc = describe(record, health, note)
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True))

@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from crhelper.texts import scalar_text
+
 from .config import CLUSTER, SERVICE_PARAMS, TEXT_TYPES, Config, Item, convert, is_number, shape_of, type_matches
 from .problems import ERROR, WARNING, Problem, Severity, errors_in
 
@@ -40,6 +42,7 @@ ROLE_VALUE_SETS: dict[str, tuple[Any, ...]] = {
     "volume_class": (0, 2, 3, 5, 6, 100, 200),
 }
 REQUIRED_RULE = "is required and has no default: give it a value"
+UTF8_RULE = "must be text that encodes as UTF-8 (it holds a lone surrogate, e.g. a \\ud800 escape)"
 _REGION = re.compile(r"^(.*\d)[a-z]+$")
 
 
@@ -76,17 +79,10 @@ def zone_rules(policy: Mapping[str, Any], zone: str | None) -> dict[str, dict[st
             for name, rules in fields.items() if isinstance(rules, list)}
 
 
-def _text(value: Any) -> str:
-    """A value as replace_policy's `src` and dependencies compare it (``true``, ``101``)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
 
 
 def _replace(value: Any, rules: Mapping[str, Any]) -> Any:
-    return rules.get(_text(value), value) if rules and value is not None else value
+    return rules.get(scalar_text(value), value) if rules and value is not None else value
 
 
 def same_value(a: Any, b: Any) -> bool:
@@ -111,16 +107,25 @@ def effective_range(item: Item, rules: Mapping[str, Any]) -> tuple[Any, ...] | N
 
 
 def _describe(values: Iterable[Any], limit: int = 12) -> str:
-    shown = [_text(value) if value != "" else '""' for value in values]
+    shown = [scalar_text(value) if value != "" else '""' for value in values]
     return ", ".join(shown[:limit]) + (f", ... ({len(shown)} values)" if len(shown) > limit else "")
 
 
 def _dependency_holds(item: Item, values: Mapping[str, Any]) -> bool:
     for dep in item.dependencies:
         current = values.get(f"{item.parent}.{dep.refkey}")
-        member = any(_text(current) == _text(value) for value in dep.values)
+        member = any(scalar_text(current) == scalar_text(value) for value in dep.values)
         if member != (dep.operator == "in"):
             return False
+    return True
+
+
+def encodes_as_utf8(text: str) -> bool:
+    """Whether `text` can be written to a node's files and environment (no lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
     return True
 
 
@@ -132,6 +137,8 @@ def check_item(item: Item, value: Any, rules: Mapping[str, Any], *, given_empty:
         return [REQUIRED_RULE] if item.required and enforce_required else []
     if given_empty and item.required and enforce_required:
         return ["is required: an empty value was given"]
+    if isinstance(value, str) and not encodes_as_utf8(value):
+        return [UTF8_RULE]
     kind = item.type
     if not type_matches(kind, value):
         return [f"must be {shape_of(kind)}"]
@@ -141,14 +148,14 @@ def check_item(item: Item, value: Any, rules: Mapping[str, Any], *, given_empty:
         broken.append(outside)
     if is_number(value):
         if item.min is not None and value < item.min:
-            broken.append(f"must be at least {_text(item.min)}")
+            broken.append(f"must be at least {scalar_text(item.min)}")
         if item.max is not None and value > item.max:
-            broken.append(f"must be at most {_text(item.max)}")
+            broken.append(f"must be at most {scalar_text(item.max)}")
         if item.step:
             base = item.min if item.min is not None else 0
             ratio = (value - base) / item.step
             if not math.isclose(ratio, round(ratio), abs_tol=1e-9):
-                broken.append(f"must be {_text(base)} plus a multiple of the step {_text(item.step)}")
+                broken.append(f"must be {scalar_text(base)} plus a multiple of the step {scalar_text(item.step)}")
     if item.pattern is not None and kind in TEXT_TYPES and isinstance(value, str) and item.pattern.search(value) is None:
         broken.append(f"does not match the pattern {item.pattern_source}")
     if item.section == CLUSTER and item.role is not None and not declared_by_package(item, value, rules):
@@ -172,7 +179,7 @@ def outside_range(item: Item, value: Any, rules: Mapping[str, Any]) -> str | Non
         return None
     if item.multichoice and isinstance(value, str):
         choices = [part for part in value.split(item.separator)] if value else []
-        if any(not any(_text(part) == _text(option) for option in allowed) for part in choices):
+        if any(not any(scalar_text(part) == scalar_text(option) for option in allowed) for part in choices):
             return f"every choice (separated by {item.separator!r}) must be one of {_describe(allowed)}"
     elif not any(same_value(value, option) for option in allowed):
         return f"must be one of {_describe(allowed)}"
@@ -256,7 +263,7 @@ def resolve_values(config: Config, inputs: Mapping[str, Any] | None = None, *, r
             continue
         if key in fixed and not config.items[f"{CLUSTER}.resource_group"].customizable \
                 and not same_value(value, fixed[key]):
-            problems.append(Problem(key, f"must be {_text(fixed[key])} under preset {preset}: the presets are "
+            problems.append(Problem(key, f"must be {scalar_text(fixed[key])} under preset {preset}: the presets are "
                                          "not customizable (customizable: false)"))
             continue
         if value == "":

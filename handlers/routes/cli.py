@@ -39,12 +39,30 @@ Run the local router: HTTP routes on --port, HTTPS routes on --https-port (the c
 each route chosen by SNI), and a listener per TCP route on its own port. Requests go to the
 backends registered for the route's service (`crhelper router services`); sticky routes keep a
 client on one backend with a sealed cookie. Route and registry changes are picked up while it
-runs. Stop it with Ctrl-C."""
+runs. Stop it with Ctrl-C.
+
+Two engines, the same routing: `builtin` (the default; an aiohttp proxy, nothing to install)
+and `haproxy`, a real HAProxy (2.5 or later on PATH, e.g. Debian's package) for production
+traffic. With --engine haproxy the command writes HAProxy's configuration from the same route
+store, runs it in master-worker mode (it ends with the command) and applies changes live: HTTP
+routes and backends through HAProxy's runtime API and maps, without a reload, so open
+connections stay; a new TCP port or certificate through a seamless reload (the HTTPS listener
+opens with the first route that has a certificate). Sticky routes then
+carry HAProxy's own `_backend` cookie (a hash of the backend address under a key derived from
+the router's cookie key) instead of the built-in engine's sealed one.
+
+The built-in engine runs $CRHELPER_ROUTER_WORKERS processes (default: the CPU count) sharing the
+ports with SO_REUSEPORT. A route without its own certificate, or a client sending no server name,
+gets the default certificate: the PEM files named by $CRHELPER_ROUTER_TLS_CERT and
+$CRHELPER_ROUTER_TLS_KEY (set both or neither), else a generated self-signed one."""
 SERVE_EPILOG = """\
 examples:
   crhelper router serve
   crhelper router serve --port 0 --no-https          # any free port, printed on start
   crhelper router serve --host 0.0.0.0 --port 9080 --https-port 9443
+  crhelper router serve --engine haproxy             # the same routes through HAProxy
+  CRHELPER_ROUTER_WORKERS=1 crhelper router serve    # one router process
+  crhelper router serve --engine haproxy --haproxy /usr/local/sbin/haproxy --port 80 --https-port 443
 """
 
 CONTROLLER_DESCRIPTION = """\
@@ -113,6 +131,11 @@ def register(subparsers: "argparse._SubParsersAction[Any]") -> None:
     serve.add_argument("--tcp-host", default="127.0.0.1", help="listen address of TCP routes (default 127.0.0.1)")
     serve.add_argument("--poll", type=float, default=0.2, metavar="SECONDS",
                        help="seconds between checks for route and registry changes (default 0.2)")
+    serve.add_argument("--engine", choices=("builtin", "haproxy"), default="builtin",
+                       help="the data plane: builtin (aiohttp, the default) or haproxy (a real HAProxy, "
+                            "programmed live from the same routes)")
+    serve.add_argument("--haproxy", default="haproxy", metavar="PATH",
+                       help="with --engine haproxy: the HAProxy executable (default: haproxy on PATH)")
     serve.set_defaults(func=Body("handlers.routes.commands:serve", extra="router"))
 
     controller = _sub(sub, "controller", "serve the Flynn controller route API locally", CONTROLLER_DESCRIPTION,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import select
@@ -17,7 +16,7 @@ from . import errors as E
 from .backends import RouterConfig
 from .controller import Controller, parse_keys
 from .events import ROUTE_EVENT_TYPES, event_json, follow, format_event
-from .proxy import Router, serve_forever
+from .proxy import Router, default_certificate_from_env, event_loop_runner, serve_forever, worker_count
 from .registry import ServiceRegistry
 from .repository import RouteRepository
 from .sticky import CookieSealer, load_key
@@ -41,26 +40,64 @@ def serve(args: argparse.Namespace) -> int:
     try:
         http_port = _port(args.port, "--port", "CRHELPER_ROUTER_HTTP_PORT", 8080)
         https_port = None if args.no_https else _port(args.https_port, "--https-port", "CRHELPER_ROUTER_HTTPS_PORT", 4433)
-        sealer = CookieSealer(load_key())
+        cookie_key = load_key()
+        sealer = CookieSealer(cookie_key)
         repo = _repo()  # reads the router's environment too: a bad value is a usage error, not a traceback
-    except ValueError as exc:
+        if args.engine != "haproxy":
+            workers = worker_count()
+            default_certificate = default_certificate_from_env()
+    except (ValueError, OSError) as exc:  # OSError: a default certificate file that cannot be read
         print(f"router serve: {exc}", file=sys.stderr)
         return 2
+    if args.engine == "haproxy":
+        return _serve_haproxy(args, repo, cookie_key=cookie_key, http_port=http_port, https_port=https_port)
     router = Router(repo, ServiceRegistry(), sealer, host=args.host, http_port=http_port,
-                    tcp_host=args.tcp_host, poll_interval=args.poll, https_port=https_port)
+                    tcp_host=args.tcp_host, poll_interval=args.poll, https_port=https_port,
+                    workers=workers, default_certificate=default_certificate)
 
     def ready() -> None:
         tls = f", https://{args.host}:{router.https_port}" if router.https_port is not None else ""
         print(f"router: http://{args.host}:{router.http_port}{tls} (Ctrl-C to stop)", file=sys.stderr, flush=True)
 
     try:
-        asyncio.run(serve_forever(router, on_ready=ready))
+        event_loop_runner()(serve_forever(router, on_ready=ready))
     except KeyboardInterrupt:
         pass
     except OSError as exc:  # the listen address is taken or not ours
         wanted = f"{args.host}:{http_port}" + (f" / {https_port}" if https_port is not None else "")
         print(f"router serve: cannot listen on {wanted}: {exc.strerror or exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _serve_haproxy(args: argparse.Namespace, repo: RouteRepository, *, cookie_key: bytes, http_port: int,
+                   https_port: int | None) -> int:
+    """``--engine haproxy``: run HAProxy until SIGTERM/Ctrl-C, or until it dies."""
+    from crhelper.signals import stop_requested
+
+    from .engine_haproxy import HAProxyEngine, HAProxyError
+
+    engine = HAProxyEngine(repo, ServiceRegistry(), cookie_key, host=args.host, http_port=http_port,
+                           https_port=https_port, tcp_host=args.tcp_host, poll_interval=args.poll,
+                           haproxy=args.haproxy)
+    with stop_requested() as stop:
+        try:
+            engine.start()
+        except HAProxyError as exc:
+            print(f"router serve: {exc}", file=sys.stderr)
+            return 1
+        try:
+            tls = f", https://{args.host}:{engine.https_port}" if engine.https_port is not None else ""
+            if tls and not (engine.applied and engine.applied.certificates):
+                tls += " once a route has a certificate"
+            print(f"router: http://{args.host}:{engine.http_port}{tls} through HAProxy (Ctrl-C to stop)",
+                  file=sys.stderr, flush=True)
+            while not stop.wait(0.5):
+                if not engine.alive():
+                    print(f"router serve: haproxy exited: {engine.log_tail()}", file=sys.stderr)
+                    return 1
+        finally:
+            engine.stop()
     return 0
 
 

@@ -19,9 +19,9 @@ from aiohttp import web
 from crhelper.servers import LoopThread, site_port
 
 from . import errors as E
-from .model import ROUTE_TYPES
+from .model import ROUTE_TYPES, Event
 from .repository import RouteRepository
-from .validation import decode_route
+from .validation import app_update, decode_route, new_app
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MAX_BODY = 10 * 1024 * 1024
@@ -69,10 +69,11 @@ def error_response(exc: E.FlynnError) -> web.Response:
 class Controller:
     """The aiohttp application; ``keys`` are ``(key, id)`` pairs from :func:`parse_keys`."""
 
-    def __init__(self, repo: RouteRepository, keys: Sequence[tuple[str, str]]) -> None:
+    def __init__(self, repo: RouteRepository, keys: Sequence[tuple[str, str]], *, poll_interval: float = 0.2) -> None:
         if not keys:
             raise ValueError("controller: at least one auth key is required")
         self.repo, self.keys = repo, list(keys)
+        self.poll_interval = poll_interval
         self._closing = False
 
     def app(self) -> web.Application:
@@ -92,6 +93,7 @@ class Controller:
         r.add_put("/apps/{app}/routes/{type}/{id}", self.update_route)
         r.add_delete("/apps/{app}/routes/{type}/{id}", self.delete_route)
         r.add_get("/events", self.list_events)
+        r.add_get("/events/{id}", self.get_event)
         return app
 
     async def _on_shutdown(self, app: web.Application) -> None:
@@ -111,7 +113,11 @@ class Controller:
         except web.HTTPRequestEntityTooLarge:
             return error_response(E.FlynnError("request_body_too_big", E.BODY_TOO_BIG))
         except web.HTTPNotFound:
-            return web.Response(status=404)
+            # httprouter's NotFound (Go's http.NotFound): a text body, unlike the API's bare 404s.
+            return web.Response(status=404, text="404 page not found\n")
+        except web.HTTPMethodNotAllowed as exc:
+            return web.Response(status=405, text="Method Not Allowed\n",
+                                headers={"Allow": ", ".join(sorted(exc.allowed_methods))})
 
     @staticmethod
     async def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -134,19 +140,17 @@ class Controller:
         return _json([a.to_json() for a in await self._call(self.repo.list_apps)])
 
     async def create_app(self, request: web.Request) -> web.Response:
-        body = await self._json_body(request)
-        if not isinstance(body, dict) or not isinstance(body.get("name", ""), (str, type(None))):
-            raise E.FlynnError("syntax_error", E.SYNTAX)
-        app = await self._call(self.repo.create_app, body.get("name") or None, body.get("meta"))
+        wanted = new_app(await self._json_body(request))
+        app = await self._call(self.repo.create_app, wanted.name or None, wanted.meta, app_id=wanted.id,
+                               strategy=wanted.strategy, deploy_timeout=wanted.deploy_timeout)
         return _json(app.to_json())
 
     async def get_app(self, request: web.Request) -> web.Response:
         return _json((await self._call(self.repo.get_app, request.match_info["app"])).to_json())
 
     async def update_app(self, request: web.Request) -> web.Response:
-        body = await self._json_body(request)
-        meta = body.get("meta") if isinstance(body, dict) else None
-        app = await self._call(self.repo.update_app_meta, request.match_info["app"], meta)
+        changes = app_update(await self._json_body(request))
+        app = await self._call(self.repo.update_app, request.match_info["app"], changes)
         return _json(app.to_json())
 
     async def delete_app(self, request: web.Request) -> web.Response:
@@ -185,43 +189,80 @@ class Controller:
         await self._call(self.repo.delete_route, *self._route_ref(request))
         return web.Response(status=200)
 
+    async def get_event(self, request: web.Request) -> web.Response:
+        """``GET /events/:id``; an id that is not a number is a 400 (Flynn: a 500), an unknown one a bare 404."""
+        event_id = _go_int(request.match_info["id"])
+        if event_id is None:
+            raise E.field_error("id", "is invalid")
+        return _json((await self._call(self.repo.get_event, event_id)).to_json())
+
     async def list_events(self, request: web.Request) -> web.StreamResponse:
+        """Flynn's ``Events``: ``app_id`` (a name or id; unknown: a bare 404) first; the list only for
+        ``Accept: application/json`` exactly, else the SSE stream."""
         q = request.query
-        numbers: dict[str, int | None] = {}
-        for name in ("before_id", "since_id", "count"):
-            try:
-                numbers[name] = int(q[name]) if q.get(name) else None
-            except ValueError:
-                raise E.field_error(name, "is invalid") from None
-        types = [t for t in q.get("object_types", "").split(",") if t]
-        filters: dict[str, Any] = dict(app_id=q.get("app_id") or None, object_types=types,
-                                       object_id=q.get("object_id") or None, **numbers)
-        if "application/json" in request.headers.get("Accept", ""):
+        app_id = None
+        if q.get("app_id"):
+            app_id = (await self._call(self.repo.get_app, q["app_id"])).id
+        types = [t for t in q.get("object_types", "").split(",") if t] if q.get("object_types") else []
+        filters: dict[str, Any] = dict(app_id=app_id, object_types=types, object_id=q.get("object_id") or None)
+        if request.headers.get("Accept") == "application/json":
+            for name in ("before_id", "since_id", "count"):
+                filters[name] = _number_param(q.get(name), name)
             events = await self._call(self.repo.list_events, **filters)
             return _json([e.to_json() for e in events])
-        return await self._stream_events(request, filters)
-
-    async def _stream_events(self, request: web.Request, filters: dict[str, Any]) -> web.StreamResponse:
-        """SSE: replay past events (``past=true`` or ``Last-Event-Id``) ascending, then follow."""
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await response.prepare(request)
         last = request.headers.get("Last-Event-Id")
-        if last and last.isdigit():
-            since: int | None = int(last)
-        elif request.query.get("past") == "true":
-            since = 0
+        last_id = _number_param(last, "Last-Event-Id") or 0
+        count = _number_param(q.get("count"), "count")
+        return await self._stream_events(request, filters, last_id, count, replay=q.get("past") == "true" or last_id > 0)
+
+    async def _stream_events(self, request: web.Request, filters: dict[str, Any], last_id: int, count: int | None,
+                             *, replay: bool) -> web.StreamResponse:
+        """SSE: with ``past=true`` or a ``Last-Event-Id``, replay the last ``count`` (all when unset)
+        events after it in ascending order, then follow."""
+        response = web.StreamResponse(headers={"Content-Type": SSE_CONTENT_TYPE, "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        if replay:
+            # Newest first, limited to ``count``: the replay is the last ``count`` events, oldest first.
+            past = await self._call(self.repo.list_events, since_id=last_id, count=count, **filters)
+            for event in reversed(past):
+                await response.write(_sse_frame(event))
+            since = past[0].id if past else last_id
         else:
             latest = await self._call(self.repo.list_events, count=1)
             since = latest[0].id if latest else 0
-        filters = {**filters, "since_id": since, "count": None, "before_id": None}
+        follow = {**filters, "since_id": since}
         while not self._closing and not _client_gone(request):
-            events = await self._call(self.repo.list_events, ascending=True, **filters)
-            for event in events:
-                frame = f"id: {event.id}\ndata: {json.dumps(event.to_json())}\n\n"
-                await response.write(frame.encode())
-                filters["since_id"] = event.id
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(self.poll_interval)
+            for event in await self._call(self.repo.list_events, ascending=True, **follow):
+                await response.write(_sse_frame(event))
+                follow["since_id"] = event.id
         return response
+
+
+SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"  # pkg/sse
+
+
+def _sse_frame(event: Event) -> bytes:
+    return f"id: {event.id}\ndata: {json.dumps(event.to_json())}\n\n".encode()
+
+
+def _go_int(text: str) -> int | None:
+    """Go's ``strconv.ParseInt(text, 10, 64)``: optional sign, decimal digits only, int64 range."""
+    digits = text[1:] if text[:1] in "+-" else text
+    if not digits or not digits.isascii() or not digits.isdigit():
+        return None
+    value = int(text)
+    return value if -(2**63) <= value < 2**63 else None
+
+
+def _number_param(text: str | None, name: str) -> int | None:
+    """An optional number parameter; a bad one is Flynn's ``<name> is invalid`` (400)."""
+    if not text:
+        return None
+    value = _go_int(text)
+    if value is None:
+        raise E.field_error(name, "is invalid")
+    return value
 
 
 def _client_gone(request: web.Request) -> bool:

@@ -109,15 +109,15 @@ class FlynnClient:
         if name:
             body["name"] = name
         data = self._request("POST", "/apps", body)
-        return App(data["id"], data["name"], data.get("meta") or {}, data.get("created_at", ""), data.get("updated_at", ""))
+        return _app(data)
 
     def get_app(self, ref: str) -> App:
         data = self._request("GET", f"/apps/{self._seg(ref)}", hint=f"App: no app {ref}")
-        return App(data["id"], data["name"], data.get("meta") or {}, data.get("created_at", ""), data.get("updated_at", ""))
+        return _app(data)
 
     def update_app_meta(self, ref: str, meta: dict[str, str]) -> App:
         data = self._request("POST", f"/apps/{self._seg(ref)}", {"meta": meta}, hint=f"App: no app {ref}")
-        return App(data["id"], data["name"], data.get("meta") or {}, data.get("created_at", ""), data.get("updated_at", ""))
+        return _app(data)
 
     def delete_app(self, ref: str) -> None:
         self._request("DELETE", f"/apps/{self._seg(ref)}", hint=f"App: no app {ref}")
@@ -151,3 +151,9 @@ class FlynnClient:
     def list_routes(self, app: str | None = None) -> list[Route]:
         path = f"/apps/{self._seg(app)}/routes" if app else "/routes"
         return [Route.from_json(r) for r in self._request("GET", path) or []]
+
+
+def _app(data: Any) -> App:
+    """A controller's app JSON (``ct.App``) as our record."""
+    return App(data["id"], data["name"], data.get("meta") or {}, data.get("created_at", ""), data.get("updated_at", ""),
+               strategy=data.get("strategy", ""), deploy_timeout=data.get("deploy_timeout", 0))

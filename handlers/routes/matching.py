@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Callable, Generic, Iterable, Mapping, Sequence, TypeVar
+from typing import Callable, Generic, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from .model import HTTP, Route
 
@@ -71,24 +71,27 @@ class PathTree(Generic[T]):
 
 
 class RouteTable:
-    """HTTP routes indexed by lower-cased domain, each domain a :class:`PathTree`."""
+    """HTTP routes indexed by (lower-cased domain, port), each a :class:`PathTree`.
+
+    Flynn keys routes by ``domain:port``: controller routes have port 0, which the default HTTP and
+    HTTPS listeners look up; an additional listener looks up its own port (``router/http.go``)."""
 
     def __init__(self, routes: Iterable[Route]) -> None:
         http = [r for r in routes if r.type == HTTP]
-        self._trees: dict[str, PathTree[Route]] = {}
+        self._trees: dict[tuple[str, int], PathTree[Route]] = {}
         for route in http:
             if route.path == "/":
-                self._trees.setdefault(route.domain.lower(), PathTree()).insert("/", route)
+                self._trees.setdefault((route.domain.lower(), route.port), PathTree()).insert("/", route)
         for route in http:
-            tree = self._trees.get(route.domain.lower())
+            tree = self._trees.get((route.domain.lower(), route.port))
             if route.path != "/" and tree is not None:
                 tree.insert(route.path, route)
 
-    def lookup(self, host: str, path: str) -> Route | None:
-        """The route for a request, or ``None`` (the router's 404)."""
+    def lookup(self, host: str, path: str, port: int = 0) -> Route | None:
+        """The route for a request on a listener (``port`` 0: a default one), or ``None`` (404)."""
         key = normalize_host(host)
         for candidate in domain_candidates(key):
-            tree = self._trees.get(candidate)
+            tree = self._trees.get((candidate, port))
             if tree is not None:
                 return tree.lookup(path)
         return None
@@ -110,28 +113,56 @@ def candidates(backends: Sequence[Backend], leader_only: bool) -> list[Backend]:
     return flagged[:1] if flagged else [backends[0]]
 
 
+def attempt_order(
+    backends: Sequence[Backend],
+    sticky: str | None,
+    inflight: Mapping[str, int],
+    rng: Callable[[int, int], int] | None = None,
+) -> Iterator[Backend]:
+    """The backends to try, one per attempt, as Flynn's ``eachBackend`` picks them: the sticky one
+    first when present; then, for each attempt, two *distinct* random backends among those not yet
+    tried and the one with fewer in-flight requests. Lazy: each retry chooses again with the
+    in-flight counts of that moment. Flynn stops after 4 attempts (the caller's ``islice``)."""
+    pick = rng or random.randint
+    pool = list(backends)
+    if sticky is not None:
+        for index, backend in enumerate(pool):
+            if backend.addr == sticky:
+                yield pool.pop(index)
+                break
+    while pool:
+        if len(pool) == 1:
+            yield pool.pop()
+            return
+        n1, n2 = pick(0, len(pool) - 1), pick(0, len(pool) - 1)
+        if n2 == n1:
+            n2 = (n2 + 1) % len(pool)
+        index = n2 if inflight.get(pool[n1].addr, 0) > inflight.get(pool[n2].addr, 0) else n1
+        yield pool.pop(index)
+
+
+def ordered_backends(backends: Sequence[Backend], sticky: str | None) -> list[Backend]:
+    """Flynn's ``getOrderedBackends`` for Upgrade requests and TCP routes: shuffled, sticky first."""
+    pool = list(backends)
+    random.shuffle(pool)
+    for index, backend in enumerate(pool):
+        if backend.addr == sticky:
+            pool.insert(0, pool.pop(index))
+            break
+    return pool
+
+
 def choose_backends(
     backends: Sequence[Backend],
     sticky: str | None,
     inflight: Mapping[str, int],
     rng: Callable[[int, int], int] | None = None,
 ) -> list[Backend]:
-    """Order to try backends in: sticky first if present, else power-of-two-choices, rest shuffled.
-
-    Flynn retries only dial errors, on other backends, up to 4 attempts in total; the caller takes
-    ``[:4]`` of this list.
-    """
-    if not backends:
-        return []
-    pick = rng or random.randint
-    pool = list(backends)
-    first: Backend | None = None
-    if sticky is not None:
-        first = next((b for b in pool if b.addr == sticky), None)
+    """Every backend in one list: the first attempt of :func:`attempt_order`, the rest shuffled
+    (for callers that want a whole order up front)."""
+    first = next(attempt_order(backends, sticky, inflight, rng), None)
     if first is None:
-        a = pool[pick(0, len(pool) - 1)]
-        b = pool[pick(0, len(pool) - 1)]
-        first = a if inflight.get(a.addr, 0) <= inflight.get(b.addr, 0) else b
-    rest = [b for b in pool if b is not first]
+        return []
+    rest = [b for b in backends if b is not first]
     random.shuffle(rest)
     return [first, *rest]

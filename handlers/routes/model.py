@@ -236,6 +236,14 @@ class Route:
         return out
 
 
+#: Flynn's deployment strategies (``schema/controller/common.json`` ``strategy``) and defaults
+#: (``controller/data/app.go``: ``all-at-once``, ``ct.DefaultDeployTimeout`` = 120 s, and one meta key).
+STRATEGIES = ("all-at-once", "one-by-one", "sirenia", "discoverd-meta", "one-down-one-up", "in-batches")
+DEFAULT_STRATEGY = "all-at-once"
+DEFAULT_DEPLOY_TIMEOUT = 120
+DEFAULT_META = {"gc.max_inactive_slug_releases": "10"}
+
+
 @dataclass
 class App:
     """A Flynn app: the namespace routes belong to."""
@@ -245,14 +253,41 @@ class App:
     meta: dict[str, str] = field(default_factory=dict)
     created_at: str = ""
     updated_at: str = ""
+    strategy: str = ""
+    deploy_timeout: int = 0
 
     def to_json(self) -> dict[str, Any]:
+        """``ct.App``: ``meta`` always present; the rest omitted when empty (Go ``omitempty``)."""
         out: dict[str, Any] = {"id": self.id, "name": self.name, "meta": dict(self.meta)}
+        if self.strategy:
+            out["strategy"] = self.strategy
+        if self.deploy_timeout:
+            out["deploy_timeout"] = self.deploy_timeout
         if self.created_at:
             out["created_at"] = self.created_at
         if self.updated_at:
             out["updated_at"] = self.updated_at
         return out
+
+    @classmethod
+    def from_json(cls, body: Any) -> "App":
+        """Decode like Go's ``json.Unmarshal`` into ``ct.App`` (a wrong type is a :class:`DecodeError`)."""
+        if not isinstance(body, dict):
+            raise DecodeError("app: expected a JSON object")
+        raw = _fold_keys(body, ("id", "name", "meta", "strategy", "deploy_timeout", "created_at", "updated_at"))
+        meta = raw.get("meta")
+        if meta is not None and (not isinstance(meta, dict)
+                                 or not all(isinstance(v, str) for v in meta.values())):
+            raise DecodeError("meta: expected an object of strings")
+        return cls(
+            id=_go_string(raw.get("id"), "id"),
+            name=_go_string(raw.get("name"), "name"),
+            meta=dict(meta) if meta is not None else {},
+            strategy=_go_string(raw.get("strategy"), "strategy"),
+            deploy_timeout=_go_int32(raw.get("deploy_timeout"), "deploy_timeout"),
+            created_at=_go_string(raw.get("created_at"), "created_at"),
+            updated_at=_go_string(raw.get("updated_at"), "updated_at"),
+        )
 
 
 @dataclass

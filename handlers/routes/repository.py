@@ -47,6 +47,21 @@ INSERT OR IGNORE INTO counters (name, value) VALUES ('version', 0);
 """
 
 
+#: Columns added after the first release; stores made before get them on open.
+APP_COLUMNS = {"strategy": "TEXT NOT NULL DEFAULT ''", "deploy_timeout": "INTEGER NOT NULL DEFAULT 0"}
+
+
+def _add_missing_columns(conn: sqlite3.Connection, table: str, columns: dict[str, str]) -> None:
+    have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+    for name, decl in columns.items():
+        if name not in have:
+            try:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
+            except sqlite3.OperationalError as exc:  # another process added it first
+                if "duplicate column" not in str(exc):
+                    raise
+
+
 #: The routing provider's folder under ``$CRHELPER_HOME``: routes.db, services.json, cookie.key.
 STATE_DIR = "router"
 
@@ -70,6 +85,7 @@ class RouteRepository:
         with self._read() as conn:
             use_wal(conn)
             conn.executescript(SCHEMA)
+            _add_missing_columns(conn, "apps", APP_COLUMNS)
 
     # --- plumbing ----------------------------------------------------------------------------
 
@@ -98,7 +114,8 @@ class RouteRepository:
 
     @staticmethod
     def _app_row(row: sqlite3.Row) -> App:
-        return App(row["id"], row["name"], json.loads(row["meta"]), row["created_at"], row["updated_at"])
+        return App(row["id"], row["name"], json.loads(row["meta"]), row["created_at"], row["updated_at"],
+                   strategy=row["strategy"], deploy_timeout=row["deploy_timeout"])
 
     def _find_app(self, conn: sqlite3.Connection, ref: str) -> App:
         if UUID_RE.match(ref):
@@ -120,19 +137,27 @@ class RouteRepository:
             rows = conn.execute("SELECT * FROM apps WHERE deleted_at IS NULL ORDER BY created_at DESC").fetchall()
         return [self._app_row(r) for r in rows]
 
-    def create_app(self, name: str | None, meta: Any = None) -> App:
-        """Create an app (generated name when empty) and its default route when configured."""
+    def create_app(self, name: str | None, meta: Any = None, *, app_id: str = "", strategy: str = "",
+                   deploy_timeout: int = 0) -> App:
+        """Create an app (generated name when empty; a client-chosen UUID kept) with Flynn's defaults,
+        and its default route when configured."""
         name = name or f"app-{uuid.uuid4().hex[:12]}"
         V.validate_app_name(name)
-        meta_map = V.validate_meta(meta)
+        if strategy:
+            V.validate_strategy(strategy)
+        app = V.fill_app_defaults(App(V.app_id(app_id) if app_id else str(uuid.uuid4()), name, V.validate_meta(meta),
+                                      strategy=strategy, deploy_timeout=deploy_timeout))
         with self._tx() as conn:
             existing = conn.execute("SELECT * FROM apps WHERE deleted_at IS NULL AND name = ?", (name,)).fetchall()
             V.check_app_unique(name, [self._app_row(r) for r in existing])
-            stamp = now_rfc3339()
-            app = App(str(uuid.uuid4()), name, meta_map, stamp, stamp)
+            if conn.execute("SELECT 1 FROM apps WHERE id = ?", (app.id,)).fetchone() is not None:
+                raise E.FlynnError("object_exists", f'application id "{app.id}" already exists')
+            app.created_at = app.updated_at = now_rfc3339()
             conn.execute(
-                "INSERT INTO apps (id, name, meta, created_at, updated_at) VALUES (?,?,?,?,?)",
-                (app.id, app.name, json.dumps(app.meta), stamp, stamp),
+                "INSERT INTO apps (id, name, meta, created_at, updated_at, strategy, deploy_timeout)"
+                " VALUES (?,?,?,?,?,?,?)",
+                (app.id, app.name, json.dumps(app.meta), app.created_at, app.updated_at, app.strategy,
+                 app.deploy_timeout),
             )
             self._event(conn, app.id, "app", app.id, app.to_json())
             if self.default_domain:
@@ -152,13 +177,18 @@ class RouteRepository:
 
     def update_app_meta(self, ref: str, meta: Any) -> App:
         """Flynn's app update: ``meta: null`` leaves meta unchanged."""
+        return self.update_app(ref, {} if meta is None else {"meta": V.validate_meta(meta)})
+
+    def update_app(self, ref: str, changes: dict[str, Any]) -> App:
+        """Apply checked changes (:func:`validation.app_update`): meta, strategy, deploy_timeout."""
         with self._tx() as conn:
             app = self._find_app(conn, ref)
-            if meta is not None:
-                app.meta = V.validate_meta(meta)
+            app.meta = changes.get("meta", app.meta)
+            app.strategy = changes.get("strategy", app.strategy)
+            app.deploy_timeout = changes.get("deploy_timeout", app.deploy_timeout)
             app.updated_at = now_rfc3339()
-            conn.execute("UPDATE apps SET meta = ?, updated_at = ? WHERE id = ?",
-                         (json.dumps(app.meta), app.updated_at, app.id))
+            conn.execute("UPDATE apps SET meta = ?, strategy = ?, deploy_timeout = ?, updated_at = ? WHERE id = ?",
+                         (json.dumps(app.meta), app.strategy, app.deploy_timeout, app.updated_at, app.id))
             self._event(conn, app.id, "app", app.id, app.to_json())
         return app
 
@@ -289,6 +319,18 @@ class RouteRepository:
 
     # --- events ------------------------------------------------------------------------------
 
+    def get_event(self, event_id: int) -> Event:
+        """One event by id; a bare 404 when there is none."""
+        with self._read() as conn:
+            row = conn.execute("SELECT * FROM events WHERE id = ?", (event_id,)).fetchone()
+        if row is None:
+            raise E.not_found(f"Event: no event {event_id}")
+        return self._event_row(row)
+
+    @staticmethod
+    def _event_row(r: sqlite3.Row) -> Event:
+        return Event(r["id"], r["app"], r["object_type"], r["object_id"], json.loads(r["data"]), r["created_at"])
+
     def list_events(
         self,
         *,
@@ -324,5 +366,4 @@ class RouteRepository:
             args.append(count)
         with self._read() as conn:
             rows = conn.execute(sql, args).fetchall()
-        return [Event(r["id"], r["app"], r["object_type"], r["object_id"], json.loads(r["data"]), r["created_at"])
-                for r in rows]
+        return [self._event_row(r) for r in rows]

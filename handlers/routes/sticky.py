@@ -54,6 +54,7 @@ class CookieSealer:
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
         self._aead = AESGCM(key)
+        self.key = key  # router worker processes are given the same key (never logged)
 
     def seal(self, addr: str) -> str:
         nonce = secrets.token_bytes(NONCE_BYTES)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from typing import Any, Collection, Iterable, Sequence
 
 from . import errors as E
-from .model import HTTP, ROUTE_TYPES, TCP, App, Certificate, DecodeError, Route
+from .model import (DEFAULT_DEPLOY_TIMEOUT, DEFAULT_META, DEFAULT_STRATEGY, HTTP, ROUTE_TYPES, STRATEGIES, TCP, App,
+                    Certificate, DecodeError, Route)
 
 APP_NAME_PATTERN = r"^[a-z\d]+(-[a-z\d]+)*$"
 APP_NAME_RE = re.compile(APP_NAME_PATTERN)
@@ -40,6 +42,110 @@ def validate_meta(meta: Any) -> dict[str, str]:
     ):
         raise E.field_error("meta", "is invalid", hint="Meta must map strings to strings")
     return dict(meta)
+
+
+def _enum_error(field: str, values: Sequence[str]) -> E.FlynnError:
+    """cupcake/jsonschema's enum text (Go prints the list as ``[a b]``)."""
+    return E.field_error(field, f"Enum error. The data must be equal to one of these values [{' '.join(values)}].")
+
+
+def _type_error(field: str, wanted: str, value: Any) -> E.FlynnError:
+    """cupcake/jsonschema's type text, with its JSON type names."""
+    return E.field_error(field, f"Value must be one of these types: [{wanted}]. Got {_json_type(value)}")
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if value is None:
+        return "null"
+    return "array" if isinstance(value, list) else "object"
+
+
+def validate_strategy(strategy: Any) -> None:
+    """``schema/controller/common.json`` ``strategy``: a string, one of Flynn's strategies."""
+    if not isinstance(strategy, str):
+        raise _type_error("strategy", "string", strategy)
+    if strategy not in STRATEGIES:
+        raise _enum_error("strategy", STRATEGIES)
+
+
+def new_app(body: Any) -> App:
+    """``POST /apps``: decode as Go decodes ``ct.App`` (a wrong type, non-string meta included, is
+    ``syntax_error``), then run the schema (name, strategy). Defaults are the repository's
+    (``AppRepo.Add``), so the provider's apps get them too; an empty name is generated there."""
+    try:
+        app = App.from_json({} if body is None else body)
+    except DecodeError as exc:
+        raise E.FlynnError("syntax_error", E.SYNTAX, hint=str(exc)) from None
+    if app.name:
+        validate_app_name(app.name)
+    if app.strategy:
+        validate_strategy(app.strategy)
+    return app
+
+
+def app_id(given: str) -> str:
+    """A client-chosen app id must be a UUID (Flynn's column type; any form Postgres reads), kept in
+    Postgres' canonical form. Flynn answers a bad one with a 500; here it is a 400 naming ``id``."""
+    try:
+        return str(uuid.UUID(given.strip("{}")))
+    except ValueError:
+        raise E.field_error("id", "is invalid", hint="Id must be a UUID") from None
+
+
+def fill_app_defaults(app: App) -> App:
+    """``AppRepo.Add``'s defaults: strategy, deploy timeout and the slug-GC meta key."""
+    app.strategy = app.strategy or DEFAULT_STRATEGY
+    app.deploy_timeout = app.deploy_timeout or DEFAULT_DEPLOY_TIMEOUT
+    app.meta = {**DEFAULT_META, **app.meta}
+    return app
+
+
+APP_UPDATE_FIELDS = ("id", "name", "protected", "meta", "strategy", "release", "deploy_timeout",
+                     "created_at", "updated_at")
+
+
+def app_update(body: Any) -> dict[str, Any]:
+    """``POST /apps/:id``: the body is a JSON object checked against the app schema (Flynn's
+    ``UpdateApp``); ``meta: null`` is dropped. Returns the fields that change: meta, strategy,
+    deploy_timeout (the others are accepted and ignored, as Flynn ignores them)."""
+    if body is None:
+        return {}  # Go decodes ``null`` into a nil map: nothing changes
+    if not isinstance(body, dict):
+        raise E.FlynnError("syntax_error", E.SYNTAX, hint="the body must be a JSON object")
+    if body.get("meta", 0) is None:
+        body = {k: v for k, v in body.items() if k != "meta"}
+    for key in body:
+        if key not in APP_UPDATE_FIELDS:
+            raise E.FlynnError("validation_error",
+                               f'Additional properties aren\'t allowed, found "{key}" as one of its keys')
+    changes: dict[str, Any] = {}
+    if "meta" in body:
+        meta = body["meta"]
+        if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+            raise E.field_error("meta", "Validation failed for each schema in 'anyOf'.",
+                                hint="Meta must map strings to strings")
+        changes["meta"] = dict(meta)
+    if "strategy" in body:
+        validate_strategy(body["strategy"])
+        changes["strategy"] = body["strategy"]
+    if "deploy_timeout" in body:
+        timeout = body["deploy_timeout"]
+        if _json_type(timeout) != "integer":
+            raise _type_error("deploy_timeout", "integer", timeout)
+        changes["deploy_timeout"] = int(timeout)
+    if "name" in body:
+        if not isinstance(body["name"], str):
+            raise _type_error("name", "string", body["name"])
+        validate_app_name(body["name"])
+    return changes
 
 
 def check_app_unique(name: str, existing: Iterable[App]) -> None:

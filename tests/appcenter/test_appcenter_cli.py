@@ -81,6 +81,12 @@ def test_unreadable_packages_and_usage_errors_exit_2(capsys: pytest.CaptureFixtu
     assert code == 2 and "needs --role ROLE and --count N" in err
     code, _, err = run(capsys, "plan", str(package_dir("etcd")), "--operation", "scale-in", "--role", "ghost", "--count", "1")
     assert code == 2 and "no role ghost" in err
+    code, out, err = run(capsys, "plan", str(package_dir("etcd")), "--operation", "scale-in", "--role", "etcd_node",
+                         "--count", "5")  # more than the role has: the plan's own message, a usage error
+    assert code == 2 and out == "" and "usage: --count: role etcd_node has 3 node(s); cannot remove 5" in err, err
+    code, out, _ = run(capsys, "plan", str(package_dir("etcd")), "--operation", "scale-in", "--role", "etcd_node",
+                       "--count", "5", "--json")
+    assert code == 2 and json.loads(out)["Error"] == "usage: --count: role etcd_node has 3 node(s); cannot remove 5"
     code, out, _ = run(capsys)
     assert code == 2 and "validate" in out
 

@@ -194,9 +194,18 @@ def test_stop_resize_start_and_delete(ecs: LocalECS) -> None:
     backend.resize_nodes(CLUSTER, [bigger, NodeSpec("cln-a2", "etcd_node", 2, cpu=2, memory=4096, volume_size=30)])
     assert ecs.instance(nodes["cln-a1"].instance_id).instance_type == "ecs.g7.xlarge"
     assert [r.parameters["InstanceType"] for r in calls(ecs, "ModifyInstanceSpec")] == ["ecs.g7.xlarge"]  # a2 unchanged
+    bigger_disk = NodeSpec("cln-a2", "etcd_node", 2, cpu=2, memory=4096, volume_size=50)
+    backend.resize_nodes(CLUSTER, [bigger_disk])              # the data disk grows: ResizeDisk, offline when Stopped
+    backend.resize_nodes(CLUSTER, [bigger_disk])              # already so: nothing sent
+    assert [(r.parameters["NewSize"], r.parameters["Type"]) for r in calls(ecs, "ResizeDisk")] == [("50", "offline")]
+    data = [d for d in ecs.fleet.disks() if d.instance_id == nodes["cln-a2"].instance_id and d.disk_type == "data"]
+    assert [d.size for d in data] == [50]
     with pytest.raises(BackendError) as raised:
-        backend.resize_nodes(CLUSTER, [NodeSpec("cln-a2", "etcd_node", 2, cpu=2, memory=4096, volume_size=50)])
-    assert "cannot resize disks" in str(raised.value) and "30 -> 50" in str(raised.value)
+        backend.resize_nodes(CLUSTER, [NodeSpec("cln-a2", "etcd_node", 2, cpu=2, memory=4096, volume_size=40)])
+    assert "cannot shrink" in str(raised.value) and "50 GiB" in str(raised.value)
+    with pytest.raises(BackendError) as raised:            # a node created without a volume has no disk to grow
+        backend.resize_nodes(CLUSTER, [NodeSpec("cln-a1", "etcd_node", 1, cpu=4, memory=16384, volume_size=50)])
+    assert "no data disk" in str(raised.value)
 
     upgraded = NodeSpec("cln-a1", "etcd_node", 1, image="m-upgraded", cpu=4, memory=16384)
     backend.resize_nodes(CLUSTER, [upgraded])                 # an upgrade's new image: the system disk replaced

@@ -66,9 +66,9 @@ def tiny_package(folder: Path) -> Path:
     return folder
 
 
-@pytest.fixture()
-def ecs(monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalECS]:
-    """The local endpoint, and the environment that points the AppCluster provider's ecs backend at it."""
+def pointed_at(monkeypatch: pytest.MonkeyPatch, **more: str) -> Iterator[LocalECS]:
+    """The local endpoint, and the environment that points the AppCluster provider's ecs backend at
+    it (with `more` variables), for a fixture to yield from."""
     for server in local_ecs(monkeypatch, with_sdk=True):
         for name, value in {"CRHELPER_ECS_ENDPOINT": server.endpoint, "CRHELPER_ECS_REGION": server.region,
                             "ALIBABA_CLOUD_ACCESS_KEY_ID": server.access_key_id,
@@ -76,10 +76,16 @@ def ecs(monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalECS]:
                             "CRHELPER_APPCENTER_ECS_IMAGE": "ubuntu_22_04_x64_20G_alibase_20240101.vhd",
                             "CRHELPER_APPCENTER_ECS_AGENT_TIMEOUT": "5", "CRHELPER_ECS_CALL_TIMEOUT": "5",
                             "CRHELPER_POLL_INITIAL": "0.02", "CRHELPER_POLL_CAP": "0.1",
-                            "CRHELPER_APPCENTER_POLL_INTERVAL": "0.02"}.items():
+                            "CRHELPER_APPCENTER_POLL_INTERVAL": "0.02", **more}.items():
             monkeypatch.setenv(name, value)
         monkeypatch.delenv("ALIBABA_CLOUD_SECURITY_TOKEN", raising=False)
         yield server
+
+
+@pytest.fixture()
+def ecs(monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalECS]:
+    """The local endpoint, and the environment that points the AppCluster provider's ecs backend at it."""
+    yield from pointed_at(monkeypatch)
 
 
 def journal_of(path: Path) -> list[tuple[str, str]]:

@@ -116,9 +116,11 @@ def test_case_10_scale_out_order_adding_hosts_and_nodes_to_execute_on() -> None:
         data["nodes"][0]["services"]["scale_out"].update(pre_check="appctl preScaleOut", nodes_to_execute_on=1)
     made = plans.plan_scale_out(_redis(3, scale_out_hooks), "node", 2)
     assert _outline(made) == [
+        ("register-metadata@",),                # what the Update changed, published for the pre_check
+        ("node:scale_out?@node-1",),            # pre_check first, on the old nodes (nodes_to_execute_on 1): a
+                                                # blocked scale-out boots nothing
         ("create-resources@node-4,node-5",), ("register-adding-hosts@node-4,node-5",), ("start-confd@node-4,node-5",),
         ("node:start@node-4,node-5",),
-        ("node:scale_out?@node-1",),            # pre_check on the old nodes, nodes_to_execute_on 1
         ("node:scale_out@node-1",),
         ("clear-adding-hosts@",)]
     assert made.after["node"] == ("node-1", "node-2", "node-3", "node-4", "node-5")

@@ -59,7 +59,8 @@ def test_create_scale_out_scale_in_env_change_and_delete_run_in_the_documented_o
     store_start = next(r.at for r in ran if r.service == "start" and r.role == "store")
     assert all(r.at > store_start + 0.5 for r in ran if r.service == "start" and r.role == "web")  # after it ended
     assert served(web1) == {"role": "web", "sid": "1", "ip": web1, "greeting": "hello", "nodes": 3}
-    assert get(f"http://{web2}:9611/self/host/token") == "tok-web-2"  # custom_metadata's output, via metad
+    # custom_metadata's whole output is the token, via metad (the sample prints a plain tok-<role>-<sid>)
+    assert get(f"http://{web2}:9611/self/host/token") == "tok-web-2"
     assert get(f"http://{web2}:9611/self/cluster/cluster_id") == out["ClusterId"]
 
     # Scale out to 4 (and the delay back to 0: an env change, reaching the nodes after the scale).
@@ -70,7 +71,8 @@ def test_create_scale_out_scale_in_env_change_and_delete_run_in_the_documented_o
     assert {node for _, node in services(ran, "init", "token", "start")} == new  # the new nodes only
     assert sorted(services(ran, "pre_check", "scale_out")) == [
         ("pre_check", "web-1"), ("pre_check", "web-2"), ("scale_out", "web-1"), ("scale_out", "web-2")]
-    assert before(ran, {"start"}, {"pre_check"}) and before(ran, {"pre_check"}, {"scale_out"})
+    # pre_check first (a blocked scale-out boots nothing), then the new nodes, then scale_out on the old ones
+    assert before(ran, {"pre_check"}, {"init"}) and before(ran, {"start"}, {"scale_out"})
     assert {r.extra for r in ran if r.service == "scale_out"} == {"adding-hosts"}  # registered during scale_out
     assert before(ran, {"scale_out"}, {"reload"}) and len(services(ran, "reload")) == 5
     assert stack.outputs()["Roles"] == {"store": 1, "web": 4}
@@ -186,7 +188,9 @@ def test_changeable_false_is_refused_and_a_failing_pre_check_blocks_a_scale_out_
     assert "service scale_out pre_check of role web failed on node web-" in reason
     assert "a web node refused to take part in the scaling" in reason and "the operation was stopped" in reason
     ran = stack.ran()
-    assert ("start", "web-3") in services(ran) and "scale_out" not in {s for s, _ in services(ran)}
+    # pre_check runs first: the blocked scale-out booted nothing (no init or start on web-3), ran no scale_out
+    assert not [node for _, node in services(ran) if node == "web-3"] and "scale_out" not in {s for s, _ in services(ran)}
+    assert sorted(services(ran, "pre_check")) == [("pre_check", "web-1"), ("pre_check", "web-2")]
     record = the_cluster()
     assert record.topology() == {"store": ("store-1",), "web": ("web-1", "web-2")}  # the new node released
     assert not (nodes_dir(record.cluster_id) / "web-3").exists() and record.adding == []

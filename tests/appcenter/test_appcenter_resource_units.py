@@ -71,13 +71,14 @@ def test_an_update_plans_upgrade_resize_scale_env_state_and_service_in_that_orde
     new = sample({"cluster.web.count": 3, "cluster.web.cpu": 2, "env.greeting": "hi"})
     changes = plan_update(old, new, TOPOLOGY, upgrade=("1.0.0", "1.1.0"), desired=("Running", "Stopped"),
                           run_service={"Name": "greet", "Role": None, "Params": {"name": "Ada"}}, force=False)
-    assert operations_of(changes) == ["upgrade", "vertical-scaling", "scale-out", "env", "stop", "custom"]
+    # the service runs while the nodes still run, then the cluster stops
+    assert operations_of(changes) == ["upgrade", "vertical-scaling", "scale-out", "env", "custom", "stop"]
     assert changes.upgrade_audit == {"from_app_version": "1.0.0", "to_app_version": "1.1.0"}
     env = changes.phases[3]
     assert [step["name"] for stage in env["stages"] for step in stage["steps"]][:1] == [plans.REGISTER_METADATA]
     assert {tuple(step["nodes"]) for stage in env["stages"][1:] for step in stage["steps"]} == {
         ("store-1",), ("web-1", "web-2", "web-3")}  # the reload hook runs on the topology the scale left
-    (greet,) = [step for stage in changes.phases[5]["stages"] for step in stage["steps"]]
+    (greet,) = [step for stage in changes.phases[4]["stages"] for step in stage["steps"]]
     assert greet["nodes"] == ["web-1"] and greet["service_params"] == {"name": "Ada"}
     assert operations_of(plan_update(old, sample({"cluster.web.count": 1}), TOPOLOGY, upgrade=None,
                                      desired=("Running", "Running"), run_service=None, force=False)) == ["scale-in"]

@@ -30,6 +30,7 @@ def test_invoke_prints_the_response_as_sent(name, physical_id):
     assert "POST" in result.stderr and "replaced-by-crhelper-invoke" not in result.stderr
 
 
+@pytest.mark.slow
 def test_invoke_exits_1_on_failed(tmp_path):
     event = json.loads((REPO / "samples/events/create.json").read_text())
     event["ResourceProperties"] = {"Name": "x", "Times": 99}

@@ -143,12 +143,12 @@ def test_permanent_key_rejects_a_security_token(fc: LocalFunctionCompute) -> Non
 
 
 def test_other_routes_are_not_supported(fc: LocalFunctionCompute) -> None:
-    response = _send(fc, {}, method="GET", path="/2016-08-15/services", body=b"")
+    response = _send(fc, {}, method="GET", path="/2016-08-15/custom-domains", body=b"")
     assert response.status_code == 400
     assert response.json() == {"ErrorCode": "PathNotSupported",
-                               "ErrorMessage": "'GET' against '/2016-08-15/services' is not supported"}
+                               "ErrorMessage": "'GET' against '/2016-08-15/custom-domains' is not supported"}
     with pytest.raises(fc2.FcError) as excinfo:
-        fc.client().list_services()
+        fc.client().list_custom_domains()
     assert excinfo.value.err_code == "PathNotSupported"
     assert json.loads(excinfo.value.message)["RequestId"] != "unknown"
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import fc2
+import pytest
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -19,6 +20,7 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 def test_cli_serves_functions() -> None:
     env = _env(ALIBABA_CLOUD_ACCESS_KEY_ID="LTAIcli", ALIBABA_CLOUD_ACCESS_KEY_SECRET="cli-secret")
     proc = subprocess.Popen(

@@ -187,19 +187,25 @@ def test_unknown_function_is_404(client: fc2.Client, service: str, function: str
     assert json.loads(excinfo.value.message)["ErrorMessage"] == message
 
 
-def test_parallel_invocations_run_in_separate_processes(client: fc2.Client) -> None:
-    results: list[dict] = []
+def test_overlapping_invocations_run_on_separate_instances(fc: LocalFunctionCompute, client: fc2.Client,
+                                                          tmp_path: Path) -> None:
+    """FC's instance concurrency is 1: an invocation arriving while the others run gets its own instance."""
+    fc.register(SERVICE, "overlapping", "fc_local_handlers:sleeper", timeout=30)
+    request_ids: list[str] = []
 
-    def call() -> None:
-        results.append(json.loads(client.invoke_function(SERVICE, "describe", payload=b"{}").data))
+    def call(index: int) -> None:
+        payload = json.dumps({"pid_file": str(tmp_path / f"pid{index}"), "seconds": 0.3}).encode()
+        response = client.invoke_function(SERVICE, "overlapping", payload=payload)
+        assert response.data == b"woke up"
+        request_ids.append(response.headers["x-fc-request-id"])
 
-    threads = [threading.Thread(target=call) for _ in range(3)]
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(3)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert len({r["pid"] for r in results}) == 3
-    assert len({r["request_id"] for r in results}) == 3
+    assert len({(tmp_path / f"pid{i}").read_text() for i in range(3)}) == 3
+    assert len(set(request_ids)) == 3
 
 
 def test_sync_invocations_are_recorded(fc: LocalFunctionCompute, client: fc2.Client) -> None:

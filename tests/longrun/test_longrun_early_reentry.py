@@ -13,7 +13,7 @@ from crhelper import InProgress, Provider, Result
 from crhelper.config import Settings
 from crhelper.operations.budget import ManualClock
 from crhelper.lifecycle import EARLY_TOLERANCE, Lifecycle, Verdict
-from crhelper.reentry import FC_LEAD
+from crhelper.reentry import FC_LEAD, step_of
 from crhelper.request import parse_request
 from crhelper.runtime import guarded_runner
 from crhelper.store import open_store
@@ -147,14 +147,21 @@ def test_duplicate_early_reentries_run_each_step_once_and_answer_once(setup, res
     due = _due(lifecycle, operation_id)
     clock.set(due - 0.5)
     assert _sent(lifecycle.resume(operation_id, run, reentry)) is None  # step 1 (waited 0.5 s)
-    # FC delivered the same re-entry twice: the copy finds step 2 five seconds ahead and re-schedules.
+    # FC delivered the same re-entry twice: the copy, for step 1, finds step 2 five seconds ahead;
+    # it names its step, so it is dropped (no re-schedule: no extra invocation on every poll).
+    assert step_of(operation_id) == 1
     assert _sent(lifecycle.resume(operation_id, run, reentry)) is None
     assert [c[0] for c in calls] == [0, 1]
+    assert [c[0] for c in reentry.calls] == ["schedule_step"]
+    # A copy in the payload form of earlier versions (no step) still re-schedules itself.
+    assert _sent(lifecycle.resume(str(operation_id), run, reentry)) is None
     assert [c[0] for c in reentry.calls] == ["schedule_step", "schedule_step"]
     # Both arrive for step 2: the first runs it and answers; the second finds the operation finished.
+    step_2 = reentry.calls[0][1]
+    assert step_of(step_2) == 2 and step_2 == operation_id
     clock.set(_due(lifecycle, operation_id) - 0.3)
-    verdict = lifecycle.resume(operation_id, run, reentry)
+    verdict = lifecycle.resume(step_2, run, reentry)
     assert verdict is not None and verdict.body is not None and verdict.body["Status"] == "SUCCESS"
     verdict.settle(True)
-    assert _sent(lifecycle.resume(operation_id, run, reentry)) is None
+    assert _sent(lifecycle.resume(step_2, run, reentry)) is None
     assert [c[0] for c in calls] == [0, 1, 2]

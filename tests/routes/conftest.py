@@ -6,11 +6,16 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import pytest
 
 from handlers.routes.repository import RouteRepository
+
+from aiohttp import web as aiohttp_web
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
 SCHEMA_DIR = SHARED / "flynn" / "schema"
@@ -132,3 +137,100 @@ def schema_registry():  # type: ignore[no-untyped-def]
         if uri:
             resources.append((uri, Resource.from_contents(doc, default_specification=DRAFT4)))
     return Registry().with_resources(resources)
+
+
+class AppServer:
+    """An aiohttp application on 127.0.0.1 in its own loop thread (WebSocket and streaming
+    backends for the proxy tests; any engine's tests may use it)."""
+
+    def __init__(self, app: "web.Application") -> None:
+        from crhelper.servers import LoopThread, site_port
+
+        outer = self
+
+        class _Thread(LoopThread):
+            async def startup(self) -> None:
+                from aiohttp import web as aioweb
+
+                self.runner = aioweb.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+                await self.runner.setup()
+                site = aioweb.TCPSite(self.runner, "127.0.0.1", 0)
+                await site.start()
+                outer.port = site_port(site) or 0
+
+            async def cleanup(self) -> None:
+                await self.runner.cleanup()
+
+        self.port = 0
+        self._thread = _Thread("test-app-server")
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def __enter__(self) -> "AppServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._thread.stop()
+
+
+WS_SEEN: "web.AppKey[list[dict[str, str]]]" = aiohttp_web.AppKey("seen", list)
+WS_CLOSED: "web.AppKey[list[int | None]]" = aiohttp_web.AppKey("closed", list)
+
+
+def websocket_echo_app() -> "web.Application":
+    """``/ws``: a WebSocket that greets, then echoes each text message upper-cased; it records
+    the request headers it saw and how the connection ended. ``/refuse``: answers an Upgrade
+    request with a plain 403."""
+    from aiohttp import WSMsgType
+    from aiohttp import web as aioweb
+
+    app = aioweb.Application()
+    app[WS_SEEN] = []
+    app[WS_CLOSED] = []
+
+    async def ws(request: "web.Request") -> "web.WebSocketResponse":
+        app[WS_SEEN].append(dict(request.headers))
+        sock = aioweb.WebSocketResponse()
+        await sock.prepare(request)
+        await sock.send_str("hello")
+        async for msg in sock:
+            if msg.type == WSMsgType.TEXT:
+                await sock.send_str(msg.data.upper())
+            elif msg.type == WSMsgType.BINARY:
+                await sock.send_bytes(msg.data[::-1])
+        app[WS_CLOSED].append(sock.close_code)
+        return sock
+
+    async def refuse(request: "web.Request") -> "web.Response":
+        return aioweb.Response(status=403, text="no upgrade for you\n")
+
+    app.router.add_get("/ws", ws)
+    app.router.add_get("/refuse", refuse)
+    return app
+
+
+@pytest.fixture()
+def app_server() -> Iterator[Callable[["web.Application"], AppServer]]:
+    """Start aiohttp applications as backends (``app_server(app)`` -> a running :class:`AppServer`);
+    all are stopped at the end. A fixture, so test modules need not import this conftest."""
+    started: list[AppServer] = []
+
+    def start(app: "web.Application") -> AppServer:
+        server = AppServer(app).__enter__()
+        started.append(server)
+        return server
+
+    yield start
+    for server in reversed(started):
+        server.__exit__(None, None, None)
+
+
+@pytest.fixture()
+def ws_backend(app_server: Callable[["web.Application"], AppServer]
+               ) -> tuple[AppServer, list[dict[str, str]], list[int | None]]:
+    """A running :func:`websocket_echo_app`, the request headers it saw and the close codes it got."""
+    app = websocket_echo_app()
+    return app_server(app), app[WS_SEEN], app[WS_CLOSED]

@@ -25,6 +25,7 @@ def crhelper(home: Path, *args: str, env: dict[str, str] | None = None, **kw: ob
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)  # type: ignore[call-overload]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["serve", "controller"])
 def test_busy_port_says_so_without_a_traceback(home: Path, command: str) -> None:
     with socket.socket() as busy:
@@ -39,6 +40,7 @@ def test_busy_port_says_so_without_a_traceback(home: Path, command: str) -> None
     assert "Traceback" not in err and "Unclosed" not in err
 
 
+@pytest.mark.slow
 def test_serve_reports_the_bound_port_and_stops_on_ctrl_c(home: Path) -> None:
     proc = crhelper(home, "router", "serve", "--port", "0", "--no-https")
     try:
@@ -57,6 +59,7 @@ def test_serve_reports_the_bound_port_and_stops_on_ctrl_c(home: Path) -> None:
             proc.communicate()
 
 
+@pytest.mark.slow
 def test_bad_port_variable_does_not_break_other_commands(home: Path) -> None:
     env = {"CRHELPER_ROUTER_HTTP_PORT": "eighty"}
     proc = crhelper(home, "router", "--help", env=env)
@@ -67,6 +70,7 @@ def test_bad_port_variable_does_not_break_other_commands(home: Path) -> None:
     assert proc.returncode == 2 and "CRHELPER_ROUTER_HTTP_PORT" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_events_follow_ends_when_the_reader_goes_away(home: Path) -> None:
     repo = RouteRepository()
     repo.create_app("f")

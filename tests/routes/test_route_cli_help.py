@@ -51,6 +51,7 @@ def test_every_router_sub_command_has_a_description_examples_and_option_help(nam
     assert f"examples:\n  crhelper router {name}" in shown or f"  CRHELPER_FLYNN_KEY=k crhelper router {name}" in shown
 
 
+@pytest.mark.slow
 def test_router_services_without_an_action_lists(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["router", "services"]) == 0
     empty = capsys.readouterr()

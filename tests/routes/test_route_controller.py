@@ -70,7 +70,7 @@ def test_key_ids_and_ping(controller: ControllerThread) -> None:
 
 def test_create_http_route_and_get(api: Api) -> None:
     app = api.call("POST", "/apps", {"name": "my-app", "meta": None}).json()
-    assert app["meta"] == {}
+    assert app["meta"] == {"gc.max_inactive_slug_releases": "10"}  # Flynn's AppRepo.Add default
     resp = api.call("POST", "/apps/my-app/routes", {"type": "http", "service": "foo", "domain": "create.example.com"})
     assert resp.status_code == 200
     body = resp.json()

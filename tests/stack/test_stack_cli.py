@@ -240,7 +240,7 @@ def test_parallelism_flag_bounds_requests_and_stays_with_the_stack(tmp_path: Pat
     value is a usage error before anything runs; without it nothing caps independent resources."""
     sleepy: dict[str, dict[str, Any]] = {f"R{i}": {"Name": f"r{i}", "Sleep": 0.3} for i in range(3)}
     template = write_template(tmp_path, echo_template(FC3, sleepy))
-    bind = ("-s", f"{FC3}={spec()}")
+    bind = ("-s", f"{FC3}={spec()}", "--in-process")  # timed: no worker start-up in the figures
     with pytest.raises(SystemExit) as usage:
         cli("create", template, "--stack", "bad", "--parallelism", "-2", *bind)
     assert usage.value.code == 2

@@ -1,4 +1,4 @@
-"""Each delivery path end to end: local FC (real fc2, async), FC 3.0 in-process, MNS queue and topic,
+"""Each delivery path end to end: local FC (real fc2 and FC 3.0 SDKs, async), MNS queue and topic,
 web async and sync against a real waitress server, signing with HttpConfig.SignKey, protocol violations."""
 
 from __future__ import annotations
@@ -42,11 +42,16 @@ def test_fc2_token_runs_through_local_fc_with_async_fc2_invocations(emulator: St
     assert [(r.service, r.function, r.invocation_type, r.status) for r in records] == [("tests", "echo", "Async", "succeeded")] * 2
 
 
-def test_fc3_token_is_delivered_in_process(emulator: StackEmulator) -> None:
+@pytest.mark.slow
+def test_fc3_token_runs_through_local_fc_with_the_fc3_sdk(emulator: StackEmulator) -> None:
     with StackDelivery(bound(FC3)) as deliver:
         created = emulator.create("fc3", echo_template(FC3), {}, deliver)
+        assert deliver.fc.fc.wait_idle(5)
+        records = deliver.fc.fc.records
     assert created.status == "CREATE_COMPLETE", created.status_reason
-    assert [(d.route, d.request_type, d.status) for d in deliver.delivered] == [("inprocess", "Create", "SUCCESS")]
+    assert [(d.route, d.request_type, d.status) for d in deliver.delivered] == [("fc", "Create", "SUCCESS")]
+    # an FC 3.0 function: no service
+    assert [(r.service, r.function, r.invocation_type, r.status) for r in records] == [("", "echo", "Async", "succeeded")]
 
 
 def test_mode_inprocess_skips_the_local_endpoints(emulator: StackEmulator) -> None:
@@ -134,7 +139,7 @@ def test_unbound_token_fails_the_resource_with_what_to_do(emulator: StackEmulato
     ("big-data", "body is 5"),
 ])
 def test_protocol_violations_fail_the_resource_with_the_servers_message(emulator: StackEmulator, rule: str, message: str) -> None:
-    with StackDelivery(bound(FC3, "rogue")) as deliver:
+    with StackDelivery(bound(FC3, "rogue", mode="inprocess")) as deliver:
         failed = emulator.create("rogue", echo_template(FC3, {"Echo": {"Break": rule}}), {}, deliver, disable_rollback=True)
     reason = failed.resources[0].status_reason
     assert failed.status == "CREATE_FAILED"
@@ -147,7 +152,7 @@ def test_a_provider_that_fails_to_load_is_named_in_the_reason(emulator: StackEmu
                                                                source: str, kind: str) -> None:
     broken = tmp_path / "broken_provider.py"
     broken.write_text(source)
-    bindings = Bindings().with_flags([f"{FC3}={broken}:provider"])
+    bindings = Bindings(mode="inprocess").with_flags([f"{FC3}={broken}:provider"])
     with StackDelivery(bindings) as deliver:
         failed = emulator.create("broken", echo_template(FC3), {}, deliver, disable_rollback=True)
     reason = failed.resources[0].status_reason
@@ -158,7 +163,7 @@ def test_a_provider_that_fails_to_load_is_named_in_the_reason(emulator: StackEmu
 
 def test_a_provider_error_quoting_its_event_keeps_the_response_url_out_of_events(emulator: StackEmulator) -> None:
     events: list[Any] = []
-    with StackDelivery(bound(FC3, "rogue")) as deliver:
+    with StackDelivery(bound(FC3, "rogue", mode="inprocess")) as deliver:
         failed = emulator.create("quoting", echo_template(FC3, {"Echo": {"Break": "raise-with-event"}}), {}, deliver,
                                  disable_rollback=True, on_event=events.append)
     reason = failed.resources[0].status_reason

@@ -20,8 +20,8 @@ def emulator(home: Path) -> Iterator[StackEmulator]:
         yield instance
 
 
-def bound(token: str, attribute: str = "provider", **faults: Any) -> Bindings:
-    return Bindings(faults=Faults(**faults)).with_flags([f"{token}={spec(attribute)}"])
+def bound(token: str, attribute: str = "provider", *, mode: str = "endpoints", **faults: Any) -> Bindings:
+    return Bindings(faults=Faults(**faults), mode=mode).with_flags([f"{token}={spec(attribute)}"])
 
 
 def attempts(deliver: StackDelivery) -> list[int]:
@@ -29,14 +29,14 @@ def attempts(deliver: StackDelivery) -> list[int]:
 
 
 def test_duplicate_delivery_of_an_idempotent_provider_succeeds(emulator: StackEmulator) -> None:
-    with StackDelivery(bound(FC3, duplicate=True)) as deliver:
+    with StackDelivery(bound(FC3, duplicate=True, mode="inprocess")) as deliver:
         created = emulator.create("dup", echo_template(FC3), {}, deliver)
     assert created.status == "CREATE_COMPLETE", created.status_reason
     assert attempts(deliver) == [200]  # answered once: the duplicate finds its answer delivered
 
 
 def test_duplicate_delivery_exposes_a_provider_that_invents_a_new_id(emulator: StackEmulator) -> None:
-    with StackDelivery(bound(FC3, "rogue", duplicate=True)) as deliver:
+    with StackDelivery(bound(FC3, "rogue", duplicate=True, mode="inprocess")) as deliver:
         failed = emulator.create("dup", echo_template(FC3, {"Echo": {"Break": "random-id"}}), {}, deliver, disable_rollback=True)
     assert failed.resources[0].status_reason == (
         "the Create response broke the ROS protocol: a second, different response was sent for the same request"
@@ -44,14 +44,14 @@ def test_duplicate_delivery_exposes_a_provider_that_invents_a_new_id(emulator: S
 
 
 def test_responseurl_errors_for_the_first_tries_are_retried_by_the_provider(emulator: StackEmulator) -> None:
-    with StackDelivery(bound(FC3, response_fail_first=2, response_fail_status=503)) as deliver:
+    with StackDelivery(bound(FC3, response_fail_first=2, response_fail_status=503, mode="inprocess")) as deliver:
         created = emulator.create("flaky", echo_template(FC3), {}, deliver)
     assert created.status == "CREATE_COMPLETE", created.status_reason
     assert attempts(deliver) == [503, 503, 200]
 
 
 def test_responseurl_that_never_accepts_fails_the_resource_with_the_count(emulator: StackEmulator) -> None:
-    with StackDelivery(bound(FC3, response_fail_first=50)) as deliver:
+    with StackDelivery(bound(FC3, response_fail_first=50, mode="inprocess")) as deliver:
         failed = emulator.create("down", echo_template(FC3), {}, deliver, disable_rollback=True)
     refused = len(attempts(deliver))
     assert refused >= 2
@@ -62,7 +62,7 @@ def test_responseurl_that_never_accepts_fails_the_resource_with_the_count(emulat
 
 
 def test_slow_responseurl_still_completes(emulator: StackEmulator) -> None:
-    with StackDelivery(bound(FC3, response_delay=0.4)) as deliver:
+    with StackDelivery(bound(FC3, response_delay=0.4, mode="inprocess")) as deliver:
         started = time.monotonic()
         created = emulator.create("slow", echo_template(FC3), {}, deliver)
         elapsed = time.monotonic() - started
@@ -95,7 +95,7 @@ def test_fc_worker_killed_mid_handler_is_retried_and_the_stack_completes(emulato
 
 
 def test_kill_fault_leaves_other_routes_alone(emulator: StackEmulator) -> None:
-    with StackDelivery(bound(FC3, kill_provider=True)) as deliver:
+    with StackDelivery(bound(FC3, kill_provider=True, mode="inprocess")) as deliver:
         created = emulator.create("nokill", echo_template(FC3), {}, deliver)
     assert created.status == "CREATE_COMPLETE" and deliver.delivered[0].route == "inprocess"
 

@@ -163,7 +163,7 @@ def test_a_full_file_is_rotated_and_replayed_in_order(tmp_path: Path) -> None:
 
 
 PATHS = [(FC2, ()), (FC3, ()), (QUEUE, ())]
-PATH_IDS = ["fc2-endpoint", "fc3-in-process", "mns-queue"]
+PATH_IDS = ["fc2-endpoint", "fc3-endpoint", "mns-queue"]
 
 
 @pytest.mark.slow
@@ -185,7 +185,7 @@ def test_provider_output_shows_under_its_resource_and_replays_with_stack_logs(tm
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("token", [FC2, FC3], ids=["fc2-endpoint", "fc3-in-process"])
+@pytest.mark.parametrize("token", [FC2, FC3], ids=["fc2-endpoint", "fc3-endpoint"])
 def test_json_keeps_stdout_one_document_and_logs_json_lines_on_stderr_without_the_response_url(tmp_path: Path, token: str) -> None:
     template = write(tmp_path, chatty_template(token, {"Good": {"Name": "good", "PrintEvent": True}}))
     created = run_cli("create", template, "--stack", "js", "-s", f"{token}={CHATTY}", "--json")

@@ -35,7 +35,7 @@ def create(tmp_path: Path, token: str, *extra: str, template: str | None = None)
 @pytest.mark.slow
 @pytest.mark.parametrize("token, extra", [
     (FC2, ()), (FC3, ()), (FC2, ("--in-process",)), (QUEUE, ()), (TOPIC, ()),
-], ids=["fc2-endpoint", "fc3-in-process", "in-process-mode", "mns-queue", "mns-topic"])
+], ids=["fc2-endpoint", "fc3-endpoint", "in-process-mode", "mns-queue", "mns-topic"])
 def test_a_three_step_create_completes_on_every_path(tmp_path: Path, token: str, extra: tuple[str, ...]) -> None:
     document = create(tmp_path, token, *extra)
     assert document["Stack"]["status"] == "CREATE_COMPLETE", document["Stack"]

@@ -47,6 +47,7 @@ def test_urls_never_appear_in_repr(store: Store) -> None:
     assert "secret-sig" not in repr(store.get(KEY))
 
 
+@pytest.mark.slow
 def test_duplicate_while_in_flight_does_not_own(store: Store, clock) -> None:
     store.claim(KEY, "owner-a", lease_seconds=30)
     clock.advance(29)

@@ -113,6 +113,7 @@ def test_missing_bucket_is_a_clear_store_error(moto_endpoint):
     store.close()
 
 
+@pytest.mark.slow
 def test_stale_writer_refilling_a_collected_slot_loses(moto_server, moto_endpoint):
     """B decides on seq 1; before its create of seq 2 lands, C writes seqs 2 and 3 and collects
     both older slots, so B's create succeeds on an empty slot. B must still see that it lost."""

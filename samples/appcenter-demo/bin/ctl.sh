@@ -35,7 +35,7 @@ case "$service" in
     note ;;
   token)
     note
-    echo "{\"token\": \"tok-$role-$sid\"}" ;;
+    echo "tok-$role-$sid" ;;
   start)
     note
     exec $APPCTL start server --ready "$ip:$port" -- "$APPCENTER_PYTHON" "$APPCENTER_PACKAGE_DIR/bin/server.py" "$ip" "$port" ;;

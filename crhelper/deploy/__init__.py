@@ -1,0 +1,18 @@
+"""`crhelper deploy`: create or update a provider's Function Compute function (deploy.md §3).
+
+`plan` is pure: what the function, its triggers and its async configuration should be, and which
+calls turn what FC holds into that (create, update, prune, or nothing). `fc3` and `fc2` make those
+calls through `alibabacloud-fc20230330` and `fc2`; `clients` builds the SDK clients from the
+credentials and region the Alibaba tools use and turns FC's refusals into what to do next.
+"""
+
+from __future__ import annotations
+
+
+class DeployError(Exception):
+    """A deploy that cannot go on: `problem` says what, `next_step` what to do."""
+
+    def __init__(self, problem: str, next_step: str) -> None:
+        super().__init__(f"{problem}; next: {next_step}")
+        self.problem = problem
+        self.next_step = next_step
