@@ -716,6 +716,9 @@ class Lifecycle:
         sender = self.store.get_continuation(record.owner)
         if sender is None or not sender.holder or self._takeable(sender, now):
             if hold is None:
+                # A fresh id: a store whose claim stored `mine` and withdrew it (S3/OSS logs keep a
+                # withdrawn id taken) must not be asked to create that id again.
+                mine = dataclasses.replace(mine, id=self.new_id())
                 self.store.put_continuation(mine)
                 hold = self._hold(mine)
             if self.store.adopt(key, record.owner, mine.id):

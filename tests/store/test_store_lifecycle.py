@@ -66,3 +66,22 @@ def test_answer_is_sent_when_the_store_refuses_to_record_it(moto_server, respons
     finally:
         gate.refuse_puts_with = None
         provider.close()
+
+
+@pytest.mark.slow
+@pytest.mark.allow_violations
+def test_a_duplicate_after_an_undelivered_answer_resends_it_once_on_each_backend(provider_on, response_server,
+                                                                               monkeypatch):
+    # The duplicate's claim stores its continuation and withdraws it (it does not own); adopting the
+    # re-send then stores a continuation again, which S3/OSS's create-only logs refuse for a withdrawn id.
+    monkeypatch.setenv("CRHELPER_RESPONSE_ATTEMPTS", "1")
+    provider = provider_on()
+    calls: list[int] = []
+    provider.create("Custom::Once")(lambda props, request: calls.append(1) or Result(physical_id="once-1"))
+    event = response_server.attach(make_event("Create", "Custom::Once"), fail_first=1)
+    first = provider.process(event)
+    assert first.body is not None and first.body["Status"] == "SUCCESS" and not first.delivered
+    again = provider.process(event)
+    assert again.body == first.body and again.delivered and calls == [1]
+    assert provider.process(event).body is None  # delivered now: a third copy sends nothing
+    assert response_server.responses_for(event["RequestId"]) == [first.body]
