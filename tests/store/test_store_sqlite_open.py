@@ -62,7 +62,7 @@ def _open_and_claim(path: str, barrier, results, index: int) -> None:  # type: i
 @pytest.mark.slow
 def test_processes_opening_a_new_file_at_once_all_succeed(tmp_path: Path) -> None:
     path = str(tmp_path / "fresh" / "store.db")
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")  # not fork: a forked child of a threaded pytest process can inherit a held lock
     barrier = ctx.Barrier(PROCESSES)
     results = ctx.Queue()
     procs = [ctx.Process(target=_open_and_claim, args=(path, barrier, results, i)) for i in range(PROCESSES)]
