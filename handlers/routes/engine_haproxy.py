@@ -29,7 +29,7 @@ from crhelper.local.processes import python_env, signal_group, start_process
 from crhelper.logs import get_logger
 
 from . import engine_haproxy_config as C
-from .matching import Backend
+from .matching import NOT_FOUND_BODY, UNAVAILABLE_BODY, Backend
 from .registry import ServiceRegistry
 from .repository import RouteRepository
 
@@ -206,8 +206,8 @@ class HAProxyEngine:
         self.http_port = http_port or free_port(self.host)
         if https_port is not None:
             self.https_port = https_port or free_port(self.host)
-        for status, reason, body in ((404, "Not Found", C.NOT_FOUND_BODY), (503, "Service Unavailable",
-                                                                             C.UNAVAILABLE_BODY)):
+        for status, reason, body in ((404, "Not Found", NOT_FOUND_BODY),
+                                     (503, "Service Unavailable", UNAVAILABLE_BODY)):
             Path(self._dir, f"{status}.http").write_text(C.error_response(status, reason, body))
         try:
             with self._lock:

@@ -30,9 +30,6 @@ from .matching import Backend, candidates
 from .model import HTTP, TCP, Route
 from .sticky import COOKIE_NAME
 
-#: The bodies the built-in engine answers with (``proxy.Router``), served here through errorfiles.
-NOT_FOUND_BODY = "Not Found\n"
-UNAVAILABLE_BODY = "Service Unavailable\n"
 #: Flynn: 4 attempts in all, each on another backend (``option redispatch 1``), 1 s dials,
 #: ten minutes for a response.
 RETRIES = 3

@@ -14,6 +14,9 @@ from .model import HTTP, Route
 
 T = TypeVar("T")
 MAX_WILDCARD_PARTS = 5
+#: What every engine answers without a route (404) and without a live backend (503), as Flynn's router.
+NOT_FOUND_BODY = "Not Found\n"
+UNAVAILABLE_BODY = "Service Unavailable\n"
 
 
 def normalize_host(host: str) -> str:

@@ -32,7 +32,7 @@ from yarl import URL
 from crhelper.logs import get_logger
 from crhelper.servers import LoopThread, site_port
 
-from .matching import Backend, RouteTable, attempt_order, candidates, ordered_backends
+from .matching import NOT_FOUND_BODY, UNAVAILABLE_BODY, Backend, RouteTable, attempt_order, candidates, ordered_backends
 from .model import TCP, Route
 from .registry import ServiceRegistry
 from .repository import RouteRepository
@@ -55,7 +55,6 @@ RESPONSE_TIMEOUT = 600.0
 UPGRADE_HOP_BY_HOP = frozenset(("te", "trailers", "transfer-encoding"))
 #: A spliced (upgraded) connection stops reading one side while the other has this much unsent.
 SPLICE_HIGH_WATER = 1 << 20
-SERVICE_UNAVAILABLE = "Service Unavailable\n"
 #: Responses with a Content-Length up to this are read whole and sent with their headers at once.
 SMALL_BODY = 64 * 1024
 #: On stop, in-flight requests get this long to finish before their connections are closed.
@@ -259,7 +258,7 @@ class Router:
         route = self.table.lookup(request.host, request.path,
                                   0 if listener is None or listener in self._default_ports else listener)
         if route is None:
-            return web.Response(status=404, text="Not Found\n")
+            return web.Response(status=404, text=NOT_FOUND_BODY)
         backends = self._backends_for(route)
         sticky = None
         if route.sticky and COOKIE_NAME in request.cookies:
@@ -288,7 +287,7 @@ class Router:
             finally:
                 upstream.release()
                 self.inflight[backend.addr] -= 1
-        return web.Response(status=503, text=SERVICE_UNAVAILABLE)
+        return web.Response(status=503, text=UNAVAILABLE_BODY)
 
     async def _send(self, session: ClientSession, request: web.BaseRequest, backend: Backend,
                     headers: "CIMultiDict[str]") -> ClientResponse:
@@ -333,7 +332,7 @@ class Router:
             log.debug("client went away during a request for route %s: %s", route.formatted_id, type(exc).__name__)
             return web.Response(status=499)
         log.warning("proxy error for route %s: %s", route.formatted_id, type(exc).__name__)
-        return web.Response(status=503, text=SERVICE_UNAVAILABLE)
+        return web.Response(status=503, text=UNAVAILABLE_BODY)
 
     @staticmethod
     def _forward_headers(request: web.BaseRequest, start_ms: int, listener: int | None,
@@ -404,7 +403,7 @@ class Router:
                 return self._failed(request, route, exc)
             break
         else:
-            return web.Response(status=503, text=SERVICE_UNAVAILABLE)
+            return web.Response(status=503, text=UNAVAILABLE_BODY)
         try:
             if upstream.status != 101:
                 response = await self._relay_closing(request, upstream, route, backend, sticky)

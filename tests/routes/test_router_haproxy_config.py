@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from handlers.routes import engine_haproxy_config as C
-from handlers.routes.matching import Backend
+from handlers.routes.matching import NOT_FOUND_BODY, Backend
 from handlers.routes.model import Route
 
 
@@ -78,7 +78,7 @@ def test_the_configuration_matches_as_flynn_does_and_keeps_secrets_out() -> None
     assert "cookie _backend insert indirect nocache dynamic" in text and key in text and "k" * 32 not in text
     assert "ssl crt-list" not in text  # no certificate: no HTTPS listener
     assert "errorfile 404 /run/x/404.http" in text and "balance random(2)" in text and "retries 3" in text
-    assert C.error_response(404, "Not Found", C.NOT_FOUND_BODY).endswith("\r\n\r\nNot Found\n")
+    assert C.error_response(404, "Not Found", NOT_FOUND_BODY).endswith("\r\n\r\nNot Found\n")
     assert C.map_text({"b": "2", "a": "1"}) == "a 1\nb 2\n"
 
 
