@@ -180,6 +180,8 @@ class FunctionComputeReentry:
 
     name = "fc"
     unavailable_reason: str | None = None
+    #: FC 2.0 functions live in a service; FC 3.0 ones (`reentry_fc3`) have none.
+    needs_service = True
 
     def __init__(self, context: object, env: Mapping[str, str] | None = None) -> None:
         from .cloud.credentials import resolve as resolve_credentials  # only FC re-entry needs them
@@ -196,7 +198,8 @@ class FunctionComputeReentry:
         self._credentials = resolve_credentials(context, env)
         self._lock = threading.Lock()
         self._fc_client: Any = None
-        missing = [n for n, v in (("function name", self.function_name), ("service name", self.service_name),
+        missing = [n for n, v in (("function name", self.function_name),
+                                  ("service name", self.service_name or not self.needs_service),
                                   ("access key", self._credentials)) if not v]
         if missing:
             raise RuntimeError(f"cannot re-invoke on Function Compute: no {', '.join(missing)} in the context or environment")

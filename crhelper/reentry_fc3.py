@@ -17,8 +17,6 @@ from urllib.parse import urlsplit
 
 from .reentry import FunctionComputeReentry
 
-#: What the base class needs in place of a service name while it checks the rest (FC 3.0 has none).
-_NO_SERVICE = "-"
 #: Seconds the SDK waits to connect and to read (the async invoke only enqueues).
 CONNECT_TIMEOUT_MS = 5_000
 READ_TIMEOUT_MS = 10_000
@@ -37,9 +35,11 @@ def is_fc3(context: object, env: Mapping[str, str] | None = None) -> bool:
 class FunctionCompute3Reentry(FunctionComputeReentry):
     """Re-invoke this FC 3.0 function asynchronously after a delay (see the module docstring)."""
 
+    needs_service = False
+
     def __init__(self, context: object, env: Mapping[str, str] | None = None) -> None:
         env = os.environ if env is None else env
-        super().__init__(context, {**env, "FC_SERVICE_NAME": _NO_SERVICE})
+        super().__init__(context, env)
         self.service_name = None
         function = getattr(context, "function", None)
         # python3.12 puts the qualifier on context.function; FC 3.0 has no service to carry it.
