@@ -11,6 +11,16 @@ class Failure(Exception):
         self.reason = reason
 
 
+class ExplainedError(Exception):
+    """An error a command reports to a person: `problem` says what is wrong, `next_step` what to do
+    (packaging, deploy, provider specs, CLI profiles; `crhelper.cli.failures` prints it)."""
+
+    def __init__(self, problem: str, next_step: str) -> None:
+        super().__init__(f"{problem}; next: {next_step}")
+        self.problem = problem
+        self.next_step = next_step
+
+
 class RequestError(ValueError):
     """The incoming request is not a valid ROS request; the message names the field and the rule."""
 

@@ -25,6 +25,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
 from .config import ConfigError, Settings
+from .errors import ExplainedError
 from .logs import configure, get_logger
 from .runtime import Outcome, send_failed
 from .transports.fc import answer_invocation
@@ -43,13 +44,8 @@ FILE_MODULE_PREFIX = "crhelper_user_"
 _log = get_logger("fc")
 
 
-class ProviderSpecError(ValueError):
+class ProviderSpecError(ExplainedError, ValueError):
     """A provider spec that names nothing loadable: `problem` says what, `next_step` what to do."""
-
-    def __init__(self, problem: str, next_step: str) -> None:
-        super().__init__(f"{problem}; next: {next_step}")
-        self.problem = problem
-        self.next_step = next_step
 
 
 def import_from_cwd() -> None:

@@ -1,19 +1,15 @@
-"""How a command reports an error that carries `problem` and `next_step` (packaging, deploy,
-provider specs): one JSON document on stdout with --json, else two lines on stderr."""
+"""How a command reports an `ExplainedError` (packaging, deploy, provider specs): one JSON
+document on stdout with --json, else two lines on stderr."""
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import Protocol
+
+from ..errors import ExplainedError
 
 
-class Explained(Protocol):
-    problem: str
-    next_step: str
-
-
-def print_failure(command: str, error: Explained, as_json: bool) -> None:
+def print_failure(command: str, error: ExplainedError, as_json: bool) -> None:
     if as_json:
         print(json.dumps({"error": {"problem": error.problem, "next_step": error.next_step}}, indent=2))
     else:

@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from ..errors import ExplainedError
+
 KEY_ID_ENV = "ALIBABA_CLOUD_ACCESS_KEY_ID"
 KEY_SECRET_ENV = "ALIBABA_CLOUD_ACCESS_KEY_SECRET"
 TOKEN_ENV = "ALIBABA_CLOUD_SECURITY_TOKEN"
@@ -65,13 +67,8 @@ PROFILE_ENV = "ALIBABA_CLOUD_PROFILE"
 PROFILE_MODES = ("AK", "StsToken")
 
 
-class ProfileError(ValueError):
+class ProfileError(ExplainedError, ValueError):
     """A profile that cannot be used: `problem` says why, `next_step` what to do."""
-
-    def __init__(self, problem: str, next_step: str) -> None:
-        super().__init__(f"{problem}; next: {next_step}")
-        self.problem = problem
-        self.next_step = next_step
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,8 @@ credentials and region the Alibaba tools use and turns FC's refusals into what t
 
 from __future__ import annotations
 
+from ..errors import ExplainedError
 
-class DeployError(Exception):
+
+class DeployError(ExplainedError):
     """A deploy that cannot go on: `problem` says what, `next_step` what to do."""
-
-    def __init__(self, problem: str, next_step: str) -> None:
-        super().__init__(f"{problem}; next: {next_step}")
-        self.problem = problem
-        self.next_step = next_step

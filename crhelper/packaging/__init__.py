@@ -8,11 +8,8 @@ edges: `pip` (the one pip subprocess), `bytecode` (the target interpreter compil
 
 from __future__ import annotations
 
+from ..errors import ExplainedError
 
-class PackagingError(Exception):
+
+class PackagingError(ExplainedError):
     """A package that cannot be built: `problem` says what, `next_step` what to do."""
-
-    def __init__(self, problem: str, next_step: str) -> None:
-        super().__init__(f"{problem}; next: {next_step}")
-        self.problem = problem
-        self.next_step = next_step
