@@ -132,7 +132,7 @@ def build(options: PackageOptions) -> PackageResult:
         write_zip(entries, buffer)
     data = buffer.getvalue()
     sha256, crc = digests(io.BytesIO(data))
-    _write_atomically(options.output, data)
+    write_atomically(options.output, data, mode=0o644)  # a package is no secret: readable by others
     warnings += size_warnings(len(data), options.upload_limit)
     return PackageResult(options.output, runtime.name, len(data), sha256, crc, len(entries), HANDLER,
                          {"CRHELPER_PROVIDER": source.provider_env}, requirements, wheels, bytecode, warnings)
@@ -149,7 +149,3 @@ def _snapshot(files: dict[str, Path], folder: Path) -> dict[str, Path]:
             copy.chmod(0o755)
         copied[name] = copy
     return copied
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    write_atomically(path, data, mode=0o644)

@@ -27,6 +27,7 @@ from typing import Sequence
 
 from crhelper.local.processes import python_env, signal_group, start_process
 from crhelper.logs import get_logger
+from crhelper.paths import write_atomically
 
 from . import engine_haproxy_config as C
 from .matching import NOT_FOUND_BODY, UNAVAILABLE_BODY, Backend
@@ -389,8 +390,4 @@ class HAProxyEngine:
 
 def _write_private(path: str, text: str) -> None:
     """Write atomically, readable by this user only (certificate keys, the cookie key's hash)."""
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    write_atomically(Path(path), text.encode("utf-8"))
