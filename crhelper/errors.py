@@ -12,13 +12,20 @@ class Failure(Exception):
 
 
 class ExplainedError(Exception):
-    """An error a command reports to a person: `problem` says what is wrong, `next_step` what to do
-    (packaging, deploy, provider specs, CLI profiles; `crhelper.cli.failures` prints it)."""
+    """An error a command reports to a person: `problem` says what is wrong, `next_step` what to do,
+    `kind` a stable word programs match on (packaging, deploy, provider specs, CLI profiles, stack and
+    boot-group commands; `crhelper.cli.failures` prints it)."""
 
-    def __init__(self, problem: str, next_step: str) -> None:
-        super().__init__(f"{problem}; next: {next_step}")
+    def __init__(self, problem: str, next_step: str, kind: str = "error") -> None:
+        super().__init__(f"{problem}; next: {next_step}" if next_step else problem)
         self.problem = problem
         self.next_step = next_step
+        self.kind = kind
+
+
+def error_document(kind: str, problem: str, next_step: str = "", **extra: object) -> dict[str, object]:
+    """The one JSON shape every command prints for an error under --json (plus details, e.g. `errors`)."""
+    return {"error": {"kind": kind, "problem": problem, "next_step": next_step, **extra}}
 
 
 class RequestError(ValueError):

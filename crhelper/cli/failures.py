@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import sys
 
-from ..errors import ExplainedError
+from ..errors import ExplainedError, error_document
 
 
 def print_failure(command: str, error: ExplainedError, as_json: bool) -> None:
     if as_json:
-        print(json.dumps({"error": {"problem": error.problem, "next_step": error.next_step}}, indent=2))
+        print(json.dumps(error_document(error.kind, error.problem, error.next_step), indent=2))
     else:
         print(f"crhelper {command}: {error.problem}\n  next: {error.next_step}", file=sys.stderr)

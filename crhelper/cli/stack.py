@@ -71,7 +71,8 @@ from ..emulator.provider_logs import (
 )
 from ..loading import import_from_cwd
 from ..signals import on_signals
-from .parsers.stack import EXIT_FAILED, EXIT_OK, EXIT_USAGE, build_parser, error_document
+from ..errors import error_document
+from .parsers.stack import EXIT_FAILED, EXIT_OK, EXIT_USAGE, build_parser
 
 SUCCESS_STATUSES = frozenset({"CREATE_COMPLETE", "UPDATE_COMPLETE", "DELETE_COMPLETE"})
 

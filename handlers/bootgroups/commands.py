@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, cast
 
 import crhelper.holder as holder
 import crhelper.paths as paths
-from crhelper.errors import Failure
+from crhelper.errors import Failure, error_document
 from crhelper.operations.budget import Budget, Memory
 from crhelper.signals import on_signals
 
@@ -81,7 +81,7 @@ def _command(body: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
 
 def _error(args: argparse.Namespace, message: str, hint: str = "") -> None:
     if getattr(args, "json", False):
-        print(json.dumps({"error": {"kind": "usage", "message": message, "hint": hint}}, indent=2))
+        print(json.dumps(error_document("usage", message, hint), indent=2))
         return
     command = getattr(args, "bootgroups_command", None) or ""
     print(f"bootgroups {command}: {message}".replace("  ", " ") + (f"\n  next: {hint}" if hint else ""), file=sys.stderr)
@@ -586,8 +586,7 @@ def _refuse_busy(args: argparse.Namespace, record: GroupRecord, who: str) -> int
     message = (f"boot group {record.name!r}: another process is running an operation on it ({who}); "
                f"follow it with crhelper bootgroups events {record.name} --follow")
     if args.json:
-        print(json.dumps({"error": {"kind": "busy", "message": message,
-                                    "hint": f"crhelper bootgroups events {record.name} --follow"}}, indent=2))
+        print(json.dumps(error_document("busy", message, f"crhelper bootgroups events {record.name} --follow"), indent=2))
     else:
         print(f"bootgroups {args.operation}: {message}", file=sys.stderr)
     return EXIT_FAILED

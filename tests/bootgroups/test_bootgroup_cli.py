@@ -255,8 +255,8 @@ def test_a_group_whose_stack_step_runs_now_is_refused(make_shop: Any) -> None:
     refused = bootgroups("start", "shop", "--json")
     assert refused.returncode == 1
     error = json.loads(refused.stdout)["error"]
-    assert error["kind"] == "busy" and "the stack's update of request REQ-42, last progress" in error["message"]
-    assert error["hint"] == "crhelper bootgroups events shop --follow"
+    assert error["kind"] == "busy" and "the stack's update of request REQ-42, last progress" in error["problem"]
+    assert error["next_step"] == "crhelper bootgroups events shop --follow"
     assert store.get_group(shop.group_id).run_id == "REQ-42:update"  # type: ignore[union-attr]
 
 

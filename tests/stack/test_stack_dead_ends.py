@@ -237,7 +237,7 @@ def test_errors_under_json_are_one_json_document(tmp_path: Path, home: Path, arg
     assert result.returncode == 2
     document = as_json(result)
     error = document["error"]
-    assert error["kind"] == kind and message in error["message"] and error["hint"], document
+    assert error["kind"] == kind and message in error["problem"] and error["next_step"], document
     if args[0] == "validate":
         assert document["valid"] is False
     if kind == "template-invalid":

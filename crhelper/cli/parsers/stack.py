@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from ...errors import error_document
 from . import RAW, Body, add_command
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ Under --json they go to stderr as JSON lines. Afterwards, or from another termin
 
 Exit codes: 0 the operation completed, 1 it failed (see the events), 2 usage or validation error.
 With --json every outcome is one JSON document on stdout, errors too:
-  {"error": {"kind": "template-invalid", "message": "...", "hint": "...", "errors": ["..."]}}
+  {"error": {"kind": "template-invalid", "problem": "...", "next_step": "...", "errors": ["..."]}}
 """
 
 EPILOG = """\
@@ -101,11 +102,6 @@ class JsonErrorsParser(argparse.ArgumentParser):
             super().error(message)
         print(json.dumps(error_document("usage", message, f"see `{self.prog} --help`"), indent=2))
         sys.exit(EXIT_USAGE)
-
-
-def error_document(kind: str, message: str, hint: str = "", **extra: Any) -> dict[str, Any]:
-    """What --json prints for an error: its kind, message and next step (plus details, e.g. `errors`)."""
-    return {"error": {"kind": kind, "message": message, "hint": hint, **extra}}
 
 
 def _common(parser: argparse.ArgumentParser, *, stack: bool = True,
