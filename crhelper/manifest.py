@@ -38,6 +38,7 @@ BUILTIN_COMMANDS: dict[str, str] = {
     "providers": "crhelper.cli.parsers.providers:register",
     "package": "crhelper.cli.parsers.package:register",
     "deploy": "crhelper.cli.parsers.deploy:register",
+    "ros": "crhelper.cli.parsers.ros:register",
     "supervisor": "crhelper.local.supervisor_cli:register",
     "router": "handlers.routes.cli:register",
     "bootgroups": "handlers.bootgroups.cli:register",

@@ -50,7 +50,7 @@ FOLLOW_INTERVAL_ENV = "CRHELPER_FOLLOW_INTERVAL"
 #: The loggers the framework's own modules use (`crhelper.<name>`); tests/stack/test_stack_logs.py checks
 #: every `get_logger(...)` in crhelper/ is listed, so a provider's `crhelper.get_logger("x")` is told apart.
 FRAMEWORK_LOGGERS = frozenset({
-    "dispatch", "emulator", "fc", "http", "lifecycle", "local", "outbound", "provider", "reentry", "runtime",
+    "dispatch", "emulator", "fc", "http", "lifecycle", "local", "outbound", "provider", "reentry", "ros", "runtime",
     "serve", "servers", "services", "supervisor", "tiers", "worker",
 })
 #: The framework's record for each step of a long operation (crhelper.lifecycle): one poll.

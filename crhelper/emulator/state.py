@@ -226,7 +226,9 @@ class StackStore:
                 [_resource_row(record, r) for r in record.resources.values()],
             )
 
-    def load(self, name: str) -> StackRecord | None:
+    def load(self, name: str, *, with_resources: bool = True) -> StackRecord | None:
+        """The stored stack; `with_resources=False` leaves `resources` empty (a status poll of a big
+        stack then reads one row)."""
         self.flush()
         with self._connect() as db:
             row = db.execute(f"SELECT {_STACK_COLUMNS} FROM stacks WHERE name = ?", (name,)).fetchone()
@@ -234,7 +236,7 @@ class StackStore:
                 return None
             resources = db.execute(
                 "SELECT body FROM resources WHERE stack_id = ? ORDER BY position", (row[1],)
-            ).fetchall()
+            ).fetchall() if with_resources else []
         record = StackRecord(
             name=row[0],
             stack_id=row[1],
@@ -276,4 +278,21 @@ class StackStore:
         self.flush()
         with self._connect() as db:
             rows = db.execute("SELECT body FROM events WHERE stack_id = ? ORDER BY seq", (stack_id,)).fetchall()
+        return [StackEvent(**json.loads(body)) for (body,) in rows]
+
+    def name_of(self, stack_id: str) -> tuple[str, str] | None:
+        """(name, status) of the stack with this id, or None: the ROS API addresses stacks by StackId
+        and polls their status without reading every resource."""
+        self.flush()
+        with self._connect() as db:
+            row = db.execute("SELECT name, status FROM stacks WHERE stack_id = ?", (stack_id,)).fetchone()
+        return None if row is None else (str(row[0]), str(row[1]))
+
+    def events_since(self, stack_id: str, offset: int) -> list[StackEvent]:
+        """The stack's events after the first `offset` (events are only appended: a reader that
+        keeps what it read asks for the new ones only)."""
+        self.flush()
+        with self._connect() as db:
+            rows = db.execute("SELECT body FROM events WHERE stack_id = ? ORDER BY seq LIMIT -1 OFFSET ?",
+                              (stack_id, offset)).fetchall()
         return [StackEvent(**json.loads(body)) for (body,) in rows]

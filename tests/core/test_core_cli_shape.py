@@ -33,7 +33,7 @@ PARSER_MODULES = {"crhelper", "crhelper.cli", "crhelper.cli.main", "crhelper.cli
                   "crhelper.paths", "crhelper.local", "crhelper.local.supervisor_cli",
                   "handlers", "handlers.routes", "handlers.routes.cli", "handlers.bootgroups", "handlers.bootgroups.cli",
                   "handlers.appcenter", "handlers.appcenter.cli"} | {
-    f"crhelper.cli.parsers.{name}" for name in ("invoke", "serve", "worker", "stack", "contract", "providers", "package", "deploy")}
+    f"crhelper.cli.parsers.{name}" for name in ("invoke", "serve", "worker", "stack", "contract", "providers", "package", "deploy", "ros")}
 
 IMPORTS = """
 import json, sys

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from ...errors import error_document
 from . import RAW, Body, add_command
 
 if TYPE_CHECKING:
@@ -100,6 +99,8 @@ class JsonErrorsParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         if not self.json_requested:
             super().error(message)
+        from ...errors import error_document  # the error path alone: parsers import no core module
+
         print(json.dumps(error_document("usage", message, f"see `{self.prog} --help`"), indent=2))
         sys.exit(EXIT_USAGE)
 
