@@ -30,6 +30,7 @@ from typing import Any, Callable, Mapping
 
 from crhelper import Failure, Provider, Request, Result, get_logger, operations
 from crhelper.config import env_float
+from crhelper.constants import TEMPLATE_DIR_ENV
 from crhelper.invocation import fc_context
 from crhelper.local.supervisor import NOT_FOUND, SupervisorClient, SupervisorError, resource_owner
 from crhelper.paths import state_dir
@@ -578,10 +579,7 @@ def build_provider(provider: Provider | None = None) -> Provider:
 
     def instance_record(props: LocalInstanceProps, instance_id: str, request: Request) -> InstanceRecord:
         validate_local_instance(props)
-        cwd = props.WorkingDirectory
-        if cwd is not None and not os.path.isabs(cwd):
-            raise problems_error([Problem("WorkingDirectory", "must be an absolute path (default: a folder of its own "
-                                                              "under $CRHELPER_HOME/bootgroups/instances)")])
+        cwd = resolve_working_directory(props.WorkingDirectory)
         if cwd is None:
             folder = state_dir(STATE_DIR, create=True) / "instances" / instance_id
             folder.mkdir(parents=True, exist_ok=True)
@@ -645,6 +643,20 @@ def build_provider(provider: Provider | None = None) -> Provider:
         store.delete_instance(instance_id)
 
     return provider
+
+
+def resolve_working_directory(raw: str | None) -> str | None:
+    """A relative `WorkingDirectory` is the template's folder's (`CRHELPER_TEMPLATE_DIR`, set by
+    `crhelper stack`), as a relative AppCluster `Package` is, so a template can run the servers
+    it ships beside it; without a template folder it must be absolute. Stored absolute."""
+    if raw is None or os.path.isabs(raw):
+        return raw
+    base = os.environ.get(TEMPLATE_DIR_ENV)
+    if not base:
+        raise problems_error([Problem("WorkingDirectory", "must be an absolute path, or relative to the template's "
+                                                          "folder under `crhelper stack` (default: a folder of its own "
+                                                          "under $CRHELPER_HOME/bootgroups/instances)")])
+    return os.path.normpath(os.path.join(base, raw))
 
 
 #: The module-level provider; `handler` is the Function Compute entry point.
