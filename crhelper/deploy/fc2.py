@@ -7,12 +7,13 @@ import json
 import logging
 import os
 import tempfile
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Mapping, TypeVar
 
 from . import DeployError
 from .clients import explain, unreachable
+from .oss import OssUploader, upload_step
 from .plan import MANAGED_MARK, DeployResult, DeploySpec, Step, TriggerSpec, async_changes, function_changes, \
-    service_token
+    held_part, service_token
 from .triggers import sync_triggers
 
 T = TypeVar("T")
@@ -36,11 +37,13 @@ def _message(text: object) -> str:
 class Fc2Deployer:
     """One deploy's calls on one `fc2.Client`. `role` is the service's RAM role ARN (None: left as it is)."""
 
-    def __init__(self, client: Any, *, region: str, account_id: str, endpoint: str, role: str | None = None) -> None:
+    def __init__(self, client: Any, *, region: str, account_id: str, endpoint: str, role: str | None = None,
+                 uploader: OssUploader | None = None, log: Mapping[str, str] | None = None) -> None:
         import fc2
 
         self._client, self._error = client, fc2.FcError
         self._region, self._account, self._endpoint, self._role = region, account_id, endpoint, role
+        self._uploader, self._log = uploader, dict(log) if log is not None else None
 
     def _call(self, doing: str, call: Callable[[], T], missing: tuple[str, ...] = ()) -> T | None:
         root = logging.getLogger()
@@ -65,18 +68,29 @@ class Fc2Deployer:
         steps += self._triggers(spec.service, spec)
         return DeployResult(service_token(self._region, self._account, spec.function.name, spec.service), steps)
 
-    def _service(self, name: str) -> Step:
+    def _service(self, name: str, retried: bool = False) -> Step:
         found = self._call(f"get service {name}", lambda: self._client.get_service(name), ("ServiceNotFound",))
         if found is None:
-            self._call(f"create service {name}",
-                       lambda: self._client.create_service(name, description=MANAGED_MARK, role=self._role))
+            created = self._call(f"create service {name}", lambda: self._client.create_service(
+                name, description=MANAGED_MARK, role=self._role, logConfig=self._log), ("ServiceAlreadyExists",))
+            if created is None and not retried:  # created by someone else between our get and our create
+                return self._service(name, retried=True)
+            if created is None:
+                raise DeployError(f"FC says service {name} exists and that it does not",
+                                  "deploy again (another deploy of it may be running)")
             return Step("create", "service", name)
-        if self._role is not None and found.data.get("role") != self._role:
-            self._call(f"update service {name}", lambda: self._client.update_service(name, role=self._role))
-            return Step("update", "service", name, "role")
+        changed = [field for field, wanted, held in (
+            ("role", self._role, found.data.get("role")),
+            ("logConfig", self._log, held_part(found.data.get("logConfig"), self._log or {})))
+            if wanted is not None and held != wanted]
+        if changed:
+            self._call(f"update service {name}", lambda: self._client.update_service(
+                name, role=self._role if "role" in changed else None,
+                logConfig=self._log if "logConfig" in changed else None))
+            return Step("update", "service", name, ", ".join(changed))
         return Step("unchanged", "service", name)
 
-    def _function(self, service: str, spec: DeploySpec) -> list[Step]:
+    def _function(self, service: str, spec: DeploySpec, retried: bool = False) -> list[Step]:
         fn = spec.function
         found = self._call(f"get function {fn.name}", lambda: self._client.get_function(service, fn.name),
                            ("FunctionNotFound",))
@@ -89,23 +103,32 @@ class Fc2Deployer:
                      "memorySize": changes.get("memorySize"), "timeout": changes.get("timeout"),
                      "environmentVariables": changes.get("environmentVariables"),
                      "description": changes.get("description")}
+        uploads: list[Step] = []
         with tempfile.TemporaryDirectory(prefix="crhelper-deploy-") as work:
-            zip_path = None
-            if code_changed:  # fc2 reads the zip from a file
-                zip_path = os.path.join(work, "code.zip")
-                with open(zip_path, "wb") as handle:
+            code: dict[str, str] = {}
+            if code_changed and spec.via_oss:
+                where = upload_step(self._uploader, spec, uploads)
+                code = {"codeOSSBucket": where.bucket, "codeOSSObject": where.key}
+            elif code_changed:  # fc2 reads the zip from a file
+                code = {"codeZipFile": os.path.join(work, "code.zip")}
+                with open(code["codeZipFile"], "wb") as handle:
                     handle.write(spec.code)
             if current is None:
-                self._call(f"create function {fn.name}", lambda: self._client.create_function(
-                    service, fn.name, fn.runtime, fn.handler, codeZipFile=zip_path, description=fn.description,
-                    memorySize=fn.memory, timeout=fn.timeout, environmentVariables=dict(fn.environment)))
-                return [Step("create", "function", fn.name, f"{len(spec.code):,} bytes of code")]
+                created = self._call(f"create function {fn.name}", lambda: self._client.create_function(
+                    service, fn.name, fn.runtime, fn.handler, description=fn.description, memorySize=fn.memory,
+                    timeout=fn.timeout, environmentVariables=dict(fn.environment), **code), ("FunctionAlreadyExists",))
+                if created is None and not retried:  # created by someone else between our get and our create
+                    return uploads + self._function(service, spec, retried=True)
+                if created is None:
+                    raise DeployError(f"FC says function {fn.name} exists and that it does not",
+                                      "deploy again (another deploy of it may be running)")
+                return uploads + [Step("create", "function", fn.name, f"{len(spec.code):,} bytes of code")]
             given = {k: v for k, v in arguments.items() if v is not None}
             self._call(f"update function {fn.name}", lambda: self._client.update_function(
-                service, fn.name, codeZipFile=zip_path, **given))
-        return [Step("update" if changes else "unchanged", "function", fn.name, ", ".join(sorted(changes))),
-                Step("update" if code_changed else "unchanged", "code", fn.name,
-                     f"checksum {spec.checksum}" if code_changed else "same checksum")]
+                service, fn.name, **code, **given))
+        return uploads + [Step("update" if changes else "unchanged", "function", fn.name, ", ".join(sorted(changes))),
+                          Step("update" if code_changed else "unchanged", "code", fn.name,
+                               f"checksum {spec.checksum}" if code_changed else "same checksum")]
 
     def _async(self, service: str, spec: DeploySpec) -> Step:
         name = spec.function.name

@@ -11,24 +11,26 @@ from typing import Any, Callable, TypeVar
 
 from . import DeployError
 from .clients import explain, unreachable
+from .oss import OssUploader, upload_step
 from .plan import DeployResult, DeploySpec, Step, TriggerSpec, async_changes, function_changes, service_token
 from .triggers import sync_triggers
 
 T = TypeVar("T")
 _FIELD_NAMES = {"handler": "handler", "runtime": "runtime", "memorySize": "memory_size", "timeout": "timeout",
-                "environmentVariables": "environment_variables", "description": "description", "role": "role"}
+                "environmentVariables": "environment_variables", "description": "description", "role": "role",
+                "logConfig": "log_config"}
 
 
 class Fc3Deployer:
     """One deploy's calls on one client; `wait` bounds the wait for an update to settle (seconds)."""
 
     def __init__(self, client: Any, *, region: str, account_id: str | None, endpoint: str, wait: float = 120.0,
-                 poll: float = 1.0) -> None:
+                 poll: float = 1.0, uploader: OssUploader | None = None) -> None:
         from alibabacloud_fc20230330 import models
 
         self._client, self._models = client, models
         self._region, self._account, self._endpoint = region, account_id, endpoint
-        self._wait, self._poll = wait, poll
+        self._wait, self._poll, self._uploader = wait, poll, uploader
 
     def _call(self, doing: str, call: Callable[[], T], missing: tuple[str, ...] = ()) -> T | None:
         """`call()`; None when FC answers 404 with one of the `missing` codes."""
@@ -57,19 +59,25 @@ class Fc3Deployer:
         m, fn = self._models, spec.function
         steps: list[Step] = []
         current = self._get_function(fn.name)
-        code = m.InputCodeLocation(zip_file=base64.b64encode(spec.code).decode("ascii"), checksum=spec.checksum)
         if current is None:
-            body = m.CreateFunctionInput(function_name=fn.name, code=code, **{
-                _FIELD_NAMES[k]: v for k, v in fn.fields().items()})
-            self._call(f"create function {fn.name}",
-                       lambda: self._client.create_function(m.CreateFunctionRequest(body=body)))
-            steps.append(Step("create", "function", fn.name, f"{len(spec.code):,} bytes of code"))
-        else:
+            body = m.CreateFunctionInput(function_name=fn.name, code=self._code(spec, steps),
+                                         **self._arguments(fn.fields()))
+            created = self._call(f"create function {fn.name}",
+                                 lambda: self._client.create_function(m.CreateFunctionRequest(body=body)),
+                                 ("FunctionAlreadyExists",))
+            if created is not None:
+                steps.append(Step("create", "function", fn.name, f"{len(spec.code):,} bytes of code"))
+            else:  # created by someone else between our get and our create: update it instead
+                current = self._get_function(fn.name)
+                if current is None:
+                    raise DeployError(f"FC says function {fn.name} exists and that it does not",
+                                      "deploy again (another deploy of it may be running)")
+        if current is not None:
             changes = function_changes(current, fn)
             code_changed = str(current.get("codeChecksum") or "") != spec.checksum
             if changes or code_changed:
-                update = m.UpdateFunctionInput(code=code if code_changed else None,
-                                               **{_FIELD_NAMES[k]: v for k, v in changes.items()})
+                update = m.UpdateFunctionInput(code=self._code(spec, steps) if code_changed else None,
+                                               **self._arguments(changes))
                 self._call(f"update function {fn.name}",
                            lambda: self._client.update_function(fn.name, m.UpdateFunctionRequest(body=update)))
             steps.append(Step("update" if changes else "unchanged", "function", fn.name, ", ".join(sorted(changes))))
@@ -83,6 +91,22 @@ class Fc3Deployer:
             raise DeployError(f"FC did not say which account function {fn.name} belongs to",
                               "give --account-id to print the ServiceToken")
         return DeployResult(service_token(self._region, account, fn.name, None), steps)
+
+    def _arguments(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """FC's field names as the SDK's keyword arguments (a logConfig as the SDK's model)."""
+        found = {_FIELD_NAMES[k]: v for k, v in fields.items()}
+        if "log_config" in found:
+            found["log_config"] = self._models.LogConfig(**found["log_config"])
+        return found
+
+    def _code(self, spec: DeploySpec, steps: list[Step]) -> Any:
+        """The code as FC 3.0 takes it: the zip in the call, or the OSS object it was put in (with its checksum,
+        which FC verifies)."""
+        m = self._models
+        if not spec.via_oss:
+            return m.InputCodeLocation(zip_file=base64.b64encode(spec.code).decode("ascii"), checksum=spec.checksum)
+        where = upload_step(self._uploader, spec, steps)
+        return m.InputCodeLocation(oss_bucket_name=where.bucket, oss_object_name=where.key, checksum=spec.checksum)
 
     def _settled(self, name: str) -> str:
         """Wait until FC says the last update succeeded; the function's ARN."""

@@ -38,12 +38,17 @@ class FunctionSettings:
     environment: Mapping[str, str]
     description: str
     role: str | None = None  # FC 3.0's function role (FC 2.0 gives the role to the service)
+    log: Mapping[str, str] | None = None  # FC 3.0's function logConfig {project, logstore} (FC 2.0: the service's)
 
     def fields(self) -> dict[str, Any]:
         found = {"handler": self.handler, "runtime": self.runtime, "memorySize": self.memory,
                  "timeout": self.timeout, "environmentVariables": dict(self.environment),
                  "description": self.description}
-        return {**found, "role": self.role} if self.role is not None else found
+        if self.role is not None:
+            found["role"] = self.role
+        if self.log is not None:
+            found["logConfig"] = dict(self.log)
+        return found
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,7 @@ class Step:
     """One thing a deploy did (or found already so): `action` is create, update, delete or unchanged."""
 
     action: str
-    kind: str  # service, function, code, trigger, async-config
+    kind: str  # service, function, code, oss-object, trigger, async-config
     name: str
     detail: str = ""
 
@@ -82,6 +87,7 @@ class DeploySpec:
     triggers: tuple[TriggerSpec, ...] = ()
     async_config: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_ASYNC))
     service: str | None = None  # FC 2.0 only
+    via_oss: bool = False  # send the code as an OSS object (the deployer's uploader puts it there)
 
 
 @dataclass
@@ -122,9 +128,16 @@ def function_changes(current: Mapping[str, Any], wanted: FunctionSettings) -> di
         held = current.get(name)
         if name == "environmentVariables":
             held = dict(held or {})
+        elif isinstance(value, dict):
+            held = held_part(held, value)
         if held != value:
             changes[name] = value
     return changes
+
+
+def held_part(held: Any, wanted: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The keys of `wanted` of a configuration FC holds (FC answers a logConfig with more keys than given)."""
+    return {key: held.get(key) for key in wanted} if isinstance(held, Mapping) else None
 
 
 def config_of(trigger: Mapping[str, Any]) -> dict[str, Any]:

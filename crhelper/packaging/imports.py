@@ -1,8 +1,8 @@
 """Which of this library's development-only modules a package needs: read from the source with `ast`.
 
-The `crhelper` package holds the command line, the stack emulator, the local cloud endpoints and
-the contract suite beside what runs on FC; none of those runs there, so they are left out unless
-shipped code imports them (anywhere, a deferred import inside a function too: the built-in
+The `crhelper` package holds the command line, the stack emulator, the local cloud endpoints (and
+the local ROS over them), packaging and deploying, and the contract suite beside what runs on FC;
+none of those runs there, so they are left out unless shipped code imports them (anywhere, a deferred import inside a function too: the built-in
 providers' local backends import `crhelper.local.supervisor`). Names built at run time
 (`importlib.import_module(text)`) are not seen; the development-only parts never are reached that way.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 #: Parts of `crhelper` left out of a code package unless shipped code imports them.
 DEVELOPMENT_ONLY = ("crhelper.cli", "crhelper.emulator", "crhelper.local", "crhelper.contract", "crhelper.packaging",
-                    "crhelper.testing", "crhelper.pytest_plugin")
+                    "crhelper.deploy", "crhelper.ros", "crhelper.testing", "crhelper.pytest_plugin")
 
 
 def module_name(archive_name: str) -> str:

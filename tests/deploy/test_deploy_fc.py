@@ -231,3 +231,28 @@ def test_the_deployed_timer_reaches_the_providers_recovery_until_a_redeploy_prun
     settled = len(fc.records)
     time.sleep(1.5)
     assert [r for r in fc.records[settled:] if r.function == "ticker"] == []  # no timer any more
+
+
+def test_the_log_option_sets_the_fc3_functions_and_the_fc2_services_log_config_once(
+        fc: LocalFunctionCompute, keys: None, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from alibabacloud_fc20230330 import models
+
+    zip_path = str(package(tmp_path))
+    three = ("--zip", zip_path, "--function", "logged3", "--timer", "none", "--log", "ros/fn3")
+    assert deploy(fc, capsys, *three)[0] == 0
+    held = fc.client3().get_function("logged3", models.GetFunctionRequest()).body.log_config
+    assert (held.project, held.logstore) == ("ros", "fn3")
+    code, again = deploy(fc, capsys, *three)
+    assert code == 0 and again["changed"] is False, again
+    code, moved = deploy(fc, capsys, *three[:-1], "ros/other")
+    assert code == 0 and changes(moved) == [("update", "function", "logged3")], moved
+
+    two = ("--zip", zip_path, "--fc-version", "2", "--service", "logged", "--function", "logged2",
+           "--account-id", fc.account_id, "--timer", "none", "--log", "ros/fn2")
+    assert deploy(fc, capsys, *two)[0] == 0
+    assert fc.client().get_service("logged").data["logConfig"] == {"project": "ros", "logstore": "fn2"}
+    code, again = deploy(fc, capsys, *two)
+    assert code == 0 and again["changed"] is False, again
+    code, moved = deploy(fc, capsys, *two[:-1], "ros/other")
+    assert code == 0 and changes(moved) == [("update", "service", "logged")], moved
+    assert fc.client().get_service("logged").data["logConfig"]["logstore"] == "other"

@@ -56,6 +56,25 @@ def test_function_changes_name_only_what_differs() -> None:
     assert default_function_name("pkg.my_mod:provider") == "my_mod"
 
 
+def test_a_log_config_fc_answers_with_more_keys_is_unchanged_and_a_bad_log_option_is_named() -> None:
+    from crhelper.cli.deploy import log_config
+
+    log = log_config("ros/fns")
+    assert log == {"project": "ros", "logstore": "fns"}
+    wanted = FunctionSettings("f", "index.handler", "python3.12", 256, 300, {}, "d", log=log)
+    same = {"handler": "index.handler", "runtime": "python3.12", "memorySize": 256, "timeout": 300,
+            "environmentVariables": {}, "description": "d",
+            "logConfig": {"project": "ros", "logstore": "fns", "enableRequestMetrics": False, "logBeginRule": "None"}}
+    assert function_changes(same, wanted) == {}
+    assert function_changes({**same, "logConfig": {"project": "ros", "logstore": "other"}}, wanted) == {
+        "logConfig": {"project": "ros", "logstore": "fns"}}
+    assert function_changes({**same, "logConfig": None}, wanted) == {"logConfig": log}
+    for bad in ("ros", "/fns", "ros/", "a/b/c"):
+        with pytest.raises(DeployError) as found:
+            log_config(bad)
+        assert found.value.problem == f"--log {bad!r} is not PROJECT/LOGSTORE"
+
+
 def write_config(tmp_path: Path, profiles: list[dict[str, str]], current: str = "default") -> Path:
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"current": current, "profiles": profiles}))

@@ -203,3 +203,18 @@ def test_development_only_library_modules_ship_only_when_shipped_code_imports_th
     with_local = needed_library(library, [("mine.py", tmp_path / "mine.py")])
     assert sorted(set(with_local) - set(alone)) == ["crhelper/local/__init__.py", "crhelper/local/processes.py",
                                                      "crhelper/local/supervisor.py"]
+
+
+@pytest.mark.slow  # reads and parses the whole library
+def test_a_provider_importing_only_crhelper_ships_none_of_its_development_only_parts() -> None:
+    """On the real library: what runs on FC must not import the CLI, the emulator, the local endpoints,
+    packaging or deploy (each would ride along in every package: 4.9 MB grew to 6.1 MB once)."""
+    from crhelper.packaging.build import library_files
+    from crhelper.packaging.imports import DEVELOPMENT_ONLY, module_name, needed_library
+
+    provider = Path(__file__).resolve().parents[1] / "deploy" / "deploy_hello.py"
+    shipped = needed_library(library_files(), [("deploy_hello.py", provider)])
+    leaked = sorted(n for n in shipped if n.endswith(".py") and any(
+        module_name(n) == part or module_name(n).startswith(part + ".") for part in DEVELOPMENT_ONLY))
+    assert leaked == []
+    assert {"crhelper/fc.py", "crhelper/loading.py", "crhelper/provider.py"} <= set(shipped)

@@ -17,7 +17,9 @@ DESCRIPTION = (
     "--store), its async configuration, the time trigger that resumes abandoned operations (--timer;\n"
     "'none' removes it) and, with --mns-topic, an MNS topic trigger.\n\n"
     "The code is --zip (from `crhelper package`) or built as `crhelper package` builds it. Unchanged\n"
-    "code (same CRC-64 as FC's codeChecksum) is not uploaded; a second deploy of the same inputs\n"
+    "code (same CRC-64 as FC's codeChecksum) is not uploaded. A zip over FC's 100 MB call limit (or any,\n"
+    "with --code-upload oss) is put in the --oss bucket through OSS's S3-compatible API, named by its\n"
+    "CRC-64, and FC reads it from there (up to 500 MB). A second deploy of the same inputs\n"
     "changes nothing and says so. Triggers deploy created (its mark in their description) and no\n"
     "longer wants are deleted; nothing else is touched.\n\n"
     "Credentials as the Alibaba tools find them: --profile (~/.aliyun/config.json, modes AK and\n"
@@ -33,6 +35,7 @@ examples:
   crhelper deploy mypkg.cluster:provider --zip cluster.zip --timer '0 */10 * * * *' --mns-topic ros-events \\
       --invocation-role acs:ram::123456789:role/mns-invoke-fc
   crhelper deploy samples/greeting.py:provider --zip greeting.zip --endpoint 127.0.0.1:9000 --account-id 1
+  crhelper deploy mypkg.big:provider --zip big.zip --oss oss://my-code-bucket/fc/ --region cn-hangzhou  # > 100 MB
 """
 
 
@@ -46,7 +49,13 @@ def register(subparsers: SubParsers) -> None:
     parser.add_argument("--zip", type=Path, default=None, metavar="F.zip",
                         help="the code package (default: build it as `crhelper package` does)")
     parser.add_argument("--runtime", choices=("python3.10", "python3.12"), default=None,
-                        help="FC runtime (default python3.12 on FC 3.0, python3.10 on FC 2.0)")
+                        help="FC runtime (default python3.12 on FC 3.0, python3.10 on FC 2.0, which has no python3.12)")
+    parser.add_argument("--oss", default=None, metavar="URL",
+                        help="where code too big for the call goes: oss://BUCKET/PREFIX (OSS of --region; the bucket "
+                             "must be in the function's region) or s3://BUCKET/PREFIX?endpoint=... (as CRHELPER_STORE)")
+    parser.add_argument("--code-upload", choices=("auto", "direct", "oss"), default="auto",
+                        help="how the code reaches FC: auto (default: in the call up to FC's 100 MB, through --oss "
+                             "above), direct (always in the call), oss (always through --oss)")
     parser.add_argument("--memory", type=int, default=256, metavar="MB", help="memory size (default 256)")
     parser.add_argument("--timeout", type=int, default=300, metavar="S", help="function timeout (default 300)")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
@@ -59,6 +68,9 @@ def register(subparsers: SubParsers) -> None:
     parser.add_argument("--invocation-role", default=None, metavar="ARN",
                         help="the role MNS invokes the function with (trusted by mns.aliyuncs.com)")
     parser.add_argument("--role", default=None, metavar="ARN", help="the RAM role of the function (FC 2.0: the service)")
+    parser.add_argument("--log", default=None, metavar="PROJECT/LOGSTORE",
+                        help="send the function's logs to this SLS project and logstore (FC 2.0: the service's "
+                             "logConfig; its role must be allowed to write there), e.g. --log ros-providers/functions")
     parser.add_argument("--region", default=None, help="region, e.g. cn-hangzhou")
     parser.add_argument("--account-id", default=None, help="Alibaba Cloud account ID (or ALIBABA_CLOUD_ACCOUNT_ID)")
     parser.add_argument("--profile", default=None, help="profile of ~/.aliyun/config.json")
