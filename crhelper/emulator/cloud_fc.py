@@ -201,4 +201,13 @@ FC3_TRIGGER = CloudType(
     ("FunctionName", "TriggerId", "TriggerName", "UrlInternet", "UrlIntranet"),
     physical_id=lambda p: f"{p['FunctionName']}|{p['TriggerName']}", attributes=_fc3_trigger_attributes,
 )
-TYPES = (FC_SERVICE, FC_FUNCTION, FC_TRIGGER, FC3_FUNCTION, FC3_TRIGGER)
+FC3_ASYNC_INVOKE_CONFIG = CloudType(
+    "ALIYUN::FC3::AsyncInvokeConfig",
+    {"FunctionName": Prop(required=True, editable=False),
+     "MaxAsyncRetryAttempts": Prop(INTEGER, low=0, high=8, default=3),
+     "MaxAsyncEventAgeInSeconds": Prop(INTEGER, low=1, high=604800, default=86400),
+     "AsyncTask": Prop(BOOLEAN), "DestinationConfig": Prop(MAP)},
+    (),
+    physical_id=lambda p: str(p["FunctionName"]), attributes=lambda region, account, physical_id, props: {},
+)
+TYPES = (FC_SERVICE, FC_FUNCTION, FC_TRIGGER, FC3_FUNCTION, FC3_TRIGGER, FC3_ASYNC_INVOKE_CONFIG)

@@ -7,8 +7,18 @@ from `Code.ZipFile`, `Code.SourceCode` (a zip holding `index.py`) or OSS. The en
 long as the operation: a later operation re-deploys a live function from its recorded properties
 when a request needs it. A custom resource whose ServiceToken is the ARN of such a function is
 invoked asynchronously there, and its answer read at a ResponseURL of this session's own server,
-so the stack needs no bindings. MNS, OSS and RAM resources are validated and recorded (their
-attributes are what ROS reports), not backed by a local service yet.
+so the stack needs no bindings. The same holds for a ServiceToken naming a live function of another
+stack of this emulator home (a deployment template's output: the function is run from that stack's
+records, which keeps owning it), and for an MNS topic an mns_topic trigger of such a function
+listens to (the emulator plays MNS's push: the function gets the trigger's notification format).
+
+ALIYUN::OSS::Bucket is a bucket of the emulator's local OSS (`cloud_local_oss`: folders under
+`$CRHELPER_HOME/oss`, served over the S3 API with create-only writes); a function's code may come
+from one of its objects, and a function environment value that is an `s3://` URL of a local
+bucket (CRHELPER_STORE, a provider's own store) is pointed at the local OSS endpoint when the
+function is deployed, as the cloud's OSS host would resolve in the region. ALIYUN::MNS queues,
+topics and subscriptions are made in the operation's local MNS endpoint (`cloud_local_mns`).
+RAM resources are validated and recorded (their attributes are what ROS reports), not enforced.
 
 A non-editable property change replaces the resource: the new one is created before the old one is
 deleted, or after it when both have the same physical id (ROS deletes the old one at cleanup).
@@ -18,19 +28,26 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
 import io
 import json
 import os
 import tempfile
 import threading
 import time
+import uuid
 import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..servicetoken import FcFunctionToken, ServiceTokenError, parse_service_token
+from ..servicetoken import FcFunctionToken, MnsTopicToken, ServiceTokenError, parse_service_token
 from .cloud_fc import lower_first
+from .cloud_local_mns import MNS_TYPES, LocalMnsResources
+from .cloud_local_oss import LocalOss, OssError, OssFolder
+from .cloud_local_stacks import (FC2_FUNCTION, FC2_SERVICE, FC2_TRIGGER, FC3_ASYNC, FC3_FUNCTION, FC3_TRIGGER,
+                                 function_key as _function_key, function_with_settings, home_records, live_resources,
+                                 topic_trigger, trigger_function as _trigger_function, trigger_topic as _trigger_topic)
 from .cloud_registry import cloud_type, is_cloud_token
 from .protocol import Deliverer, Outcome, failure
 
@@ -39,9 +56,10 @@ if TYPE_CHECKING:
     from ..local.response_server import ResponseServer
     from .model import ResourceRecord
 
-FC2_FUNCTION, FC3_FUNCTION = "ALIYUN::FC::Function", "ALIYUN::FC3::Function"
-FC2_SERVICE, FC2_TRIGGER, FC3_TRIGGER = "ALIYUN::FC::Service", "ALIYUN::FC::Trigger", "ALIYUN::FC3::Trigger"
+OSS_BUCKET = "ALIYUN::OSS::Bucket"
 _POLL = 0.02
+#: Seconds a management call (a function's code upload) may take.
+DEPLOY_TIMEOUT = 120
 #: Seconds an answer may still arrive after its invocation settled.
 ANSWER_GRACE = 0.5
 
@@ -95,6 +113,15 @@ class CloudSession:
         self._functions: dict[tuple[str, str], _Function] = {}
         self._services: dict[str, dict[str, Any]] = {}
         self._deployed_services: set[str] = set()
+        #: ((service or "", function), trigger) held by this operation's endpoint
+        self._deployed_triggers: set[tuple[tuple[str, str], str]] = set()
+        #: MNS topic -> (the function its mns_topic trigger invokes, the trigger's notifyContentFormat)
+        self._topic_triggers: dict[str, tuple[tuple[str, str], str]] = {}
+        #: FC 3.0 function -> its ALIYUN::FC3::AsyncInvokeConfig properties (put again on each deploy)
+        self._async: dict[str, dict[str, Any]] = {}
+        self.oss_folder = OssFolder()
+        self._oss: LocalOss | None = None
+        self.mns = LocalMnsResources(region, account_id)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -106,9 +133,19 @@ class CloudSession:
             if resource.status == "DELETE_COMPLETE":
                 continue
             self._remember(resource.resource_type, resource.properties)
+            if resource.resource_type in MNS_TYPES:
+                self.mns.remember(resource.resource_type, resource.physical_id, resource.properties)
 
     def _remember(self, type_name: str, properties: Mapping[str, Any]) -> None:
-        if type_name == FC2_SERVICE:
+        topic = _trigger_topic(type_name, properties)
+        if topic is not None:
+            config = lower_first(properties.get("TriggerConfig") or {})
+            with self._lock:
+                self._topic_triggers[topic] = (_trigger_function(properties),
+                                               str(config.get("notifyContentFormat") or "STREAM").upper())
+        if type_name == FC3_ASYNC:
+            self._async[str(properties["FunctionName"])] = dict(properties)
+        elif type_name == FC2_SERVICE:
             self._services[str(properties["ServiceName"])] = dict(properties)
         elif type_name in (FC2_FUNCTION, FC3_FUNCTION):
             key = _function_key(type_name, properties)
@@ -118,16 +155,28 @@ class CloudSession:
 
     def close(self) -> None:
         with self._lock:
-            fc, responses = self._fc, self._responses
-            self._fc = self._responses = None
+            fc, responses, oss = self._fc, self._responses, self._oss
+            self._fc = self._responses = self._oss = None
             self._client2 = self._client3 = None
             for function in self._functions.values():
                 function.deployed = False
             self._deployed_services.clear()
+            self._deployed_triggers.clear()
         if fc is not None:
             fc.stop()
         if responses is not None:
             responses.stop()
+        if oss is not None:
+            oss.stop()
+        self.mns.close()
+
+    @property
+    def oss(self) -> LocalOss:
+        """The local OSS endpoint over `oss_folder`, started on first need."""
+        with self._lock:
+            if self._oss is None:
+                self._oss = LocalOss(self.oss_folder).start()
+            return self._oss
 
     @property
     def fc(self) -> "LocalFunctionCompute":
@@ -141,13 +190,14 @@ class CloudSession:
     def _fc3(self) -> Any:
         with self._lock:
             if self._client3 is None:
-                self._client3 = self.fc.client3()
+                # A code package of tens of MB takes FC seconds to unpack: the SDK's 10 s default is too short.
+                self._client3 = self.fc.client3(read_timeout=DEPLOY_TIMEOUT * 1000, connect_timeout=10_000)
             return self._client3
 
     def _fc2(self) -> Any:
         with self._lock:
             if self._client2 is None:
-                self._client2 = self.fc.client()
+                self._client2 = self.fc.client(Timeout=DEPLOY_TIMEOUT)
             return self._client2
 
     # ------------------------------------------------------------------ resource operations
@@ -178,6 +228,8 @@ class CloudSession:
                     self._update(type_name, properties, old)
         except CloudError as exc:
             return failure(str(exc))
+        except OssError as exc:
+            return failure(f"local OSS: {exc.code}: {exc.message}")
         attributes = local_type.attributes(self.region, self.account_id, new_id, properties)
         return Outcome(ok=True, physical_id=new_id, data=attributes, data_given=True)
 
@@ -187,6 +239,12 @@ class CloudSession:
             self._deploy(_function_key(type_name, properties))
         elif type_name in (FC2_TRIGGER, FC3_TRIGGER):
             self._trigger("create", properties)
+        elif type_name == FC3_ASYNC:
+            self._put_async(str(properties["FunctionName"]))
+        elif type_name == OSS_BUCKET:
+            self._create_bucket(str(properties["BucketName"]))
+        elif type_name in MNS_TYPES:
+            self._mns_call("create", type_name, properties)
 
     def _update(self, type_name: str, properties: Mapping[str, Any], old: Mapping[str, Any]) -> None:
         self._remember(type_name, properties)
@@ -200,6 +258,10 @@ class CloudSession:
                 self._deploy(key)
         elif type_name in (FC2_TRIGGER, FC3_TRIGGER):
             self._trigger("update", properties)
+        elif type_name == FC3_ASYNC:
+            self._put_async(str(properties["FunctionName"]))
+        elif type_name in MNS_TYPES:
+            self._mns_call("update", type_name, properties)
 
     def _delete(self, type_name: str, properties: Mapping[str, Any]) -> None:
         if type_name in (FC2_FUNCTION, FC3_FUNCTION):
@@ -211,14 +273,110 @@ class CloudSession:
                            else self._fc2().delete_function(key[0], key[1]), f"deleting function '{key[1]}'")
         elif type_name == FC2_SERVICE:
             self._services.pop(str(properties.get("ServiceName")), None)
+        elif type_name == FC3_ASYNC:
+            name = str(properties["FunctionName"])
+            with self._lock:
+                self._async.pop(name, None)
+                function = self._functions.get(("", name))
+            if function is not None and function.deployed:
+                from alibabacloud_fc20230330 import models
+
+                self._call(lambda: self._fc3().delete_async_invoke_config(name, models.DeleteAsyncInvokeConfigRequest()),
+                           f"deleting the async configuration of '{name}'")
+        elif type_name == OSS_BUCKET:
+            bucket = str(properties["BucketName"])
+            if self.oss_folder.has_bucket(bucket):
+                force = properties.get("DeletionForce") in (True, "true", "True")
+                try:
+                    self.oss_folder.delete_bucket(bucket, force=force)
+                except OssError as exc:
+                    raise CloudError(f"local OSS refused deleting bucket '{bucket}': {exc.code}: the bucket still "
+                                     "holds objects (set DeletionForce: true to delete them with it, as ROS does)") from None
+        elif type_name in MNS_TYPES:
+            self._mns_call("delete", type_name, properties)
         elif type_name in (FC2_TRIGGER, FC3_TRIGGER):
             key = _trigger_function(properties)
             name = str(properties["TriggerName"])
             with self._lock:
+                topic = _trigger_topic(type_name, properties)
+                if topic is not None and self._topic_triggers.get(topic, ((), ""))[0] == key:
+                    self._topic_triggers.pop(topic, None)
                 function = self._functions.get(key)
-            if function is not None and function.deployed:
+            if function is not None and function.deployed and (key, name) in self._deployed_triggers:
+                self._deployed_triggers.discard((key, name))
                 self._call(lambda: self._fc2().delete_trigger(key[0], key[1], name) if key[0]
                            else self._fc3().delete_trigger(key[1], name), f"deleting trigger '{name}'")
+
+    # ------------------------------------------------------------------ OSS, MNS, async configuration
+
+    def _create_bucket(self, bucket: str) -> None:
+        if not self.oss_folder.create_bucket(bucket):
+            raise CloudError(f"Properties.BucketName: BucketAlreadyExists: the local OSS already holds bucket '{bucket}' "
+                             f"({self.oss_folder.bucket_path(bucket)}): choose another BucketName, or delete that folder")
+
+    def _mns_call(self, action: str, type_name: str, properties: Mapping[str, Any]) -> None:
+        local_type = cloud_type(type_name)
+        assert local_type is not None
+        physical_id = local_type.physical_id(properties)
+        try:
+            getattr(self.mns, action)(type_name, physical_id, properties)
+        except Exception as exc:  # noqa: BLE001 - the MNS SDK raises its own types; the message says why
+            message = getattr(exc, "message", None) or str(exc)
+            code = getattr(exc, "type", None)
+            raise CloudError(f"local MNS refused {action} of {type_name} '{physical_id}': "
+                             f"{code + ': ' if code else ''}{message}") from None
+
+    def _put_async(self, name: str) -> None:
+        """Put the function's async configuration, when the function is this stack's (deploying it
+        first if needed); one of a function from outside the stack is recorded only."""
+        with self._lock:
+            function = self._functions.get(("", name))
+            config = self._async.get(name)
+            if function is None or config is None:
+                return
+            if not function.deployed:
+                self._deploy(("", name))  # puts the configuration too
+                return
+        self._put_async_now(name, config)
+
+    def _put_async_now(self, name: str, config: Mapping[str, Any]) -> None:
+        from alibabacloud_fc20230330 import models
+
+        body = models.PutAsyncInvokeConfigInput(max_async_retry_attempts=int(config.get("MaxAsyncRetryAttempts", 3)),
+                                                max_async_event_age_in_seconds=int(config.get("MaxAsyncEventAgeInSeconds", 86400)),
+                                                async_task=config.get("AsyncTask") in (True, "true", "True") or None)
+        self._call(lambda: self._fc3().put_async_invoke_config(name, models.PutAsyncInvokeConfigRequest(body=body)),
+                   f"putting the async configuration of '{name}'")
+
+    def _local_code(self, code: Mapping[str, Any]) -> dict[str, Any]:
+        """`code_location`, with an object of a local OSS bucket read here and sent as the zip."""
+        location = code_location(code)
+        bucket, key = location.get("ossBucketName"), location.get("ossObjectName")
+        if location.get("zipFile") or bucket is None:
+            return location
+        bucket, key = str(bucket), str(key)
+        if not self.oss_folder.has_bucket(bucket):
+            raise CloudError(f"Properties.Code.OssBucketName: the local OSS has no bucket '{bucket}': put the code "
+                             f"package at {self.oss_folder.root / bucket / key} (crhelper package MODULE:provider "
+                             f"--output {self.oss_folder.root / bucket / key})")
+        try:
+            data = self.oss_folder.get(bucket, key)
+        except OssError:
+            raise CloudError(f"Properties.Code.OssObjectName: the local OSS bucket '{bucket}' has no object '{key}': "
+                             f"crhelper package MODULE:provider --output {self.oss_folder.root / bucket / key}") from None
+        return {"zipFile": base64.b64encode(data).decode()}
+
+    def _local_environment(self, environment: Mapping[str, Any]) -> dict[str, str]:
+        """The function's environment, with `s3://` URLs of local buckets pointed at the local OSS."""
+        found = {}
+        for name, value in environment.items():
+            text = str(value)
+            if text.startswith("s3://"):
+                bucket = text[len("s3://"):].split("/", 1)[0].split("?", 1)[0]
+                if self.oss_folder.has_bucket(bucket):
+                    text = self.oss.store_url(text)
+            found[str(name)] = text
+        return found
 
     def _function(self, key: tuple[str, str]) -> _Function:
         function = self._functions.get(key)
@@ -237,13 +395,26 @@ class CloudSession:
             code = properties.get("Code") or {}
             body = {"functionName": key[1], "runtime": runtime, "handler": properties["Handler"],
                     "timeout": int(properties.get("Timeout", 3)), "memorySize": int(properties.get("MemorySize", 128)),
-                    "environmentVariables": {str(k): str(v) for k, v in (properties.get("EnvironmentVariables") or {}).items()},
-                    "code": code_location(code)}
+                    "environmentVariables": self._local_environment(properties.get("EnvironmentVariables") or {}),
+                    "code": self._local_code(code)}
+            if not update:  # a new function in this endpoint: none of its triggers is there yet
+                self._deployed_triggers = {t for t in self._deployed_triggers if t[0] != key}
             if key[0]:
                 self._deploy_fc2(key, body, update)
+                self._put_fc2_async(key, properties.get("AsyncConfiguration"))
             else:
                 self._deploy_fc3(body, update)
+                if key[1] in self._async:
+                    self._put_async_now(key[1], self._async[key[1]])
             function.deployed = True
+
+    def _put_fc2_async(self, key: tuple[str, str], config: Any) -> None:
+        """An FC 2.0 function's `AsyncConfiguration` (FC's asyncConfig keys, either case)."""
+        if not isinstance(config, dict):
+            return
+        wanted = lower_first(config)
+        self._call(lambda: self._fc2().put_function_async_invoke_config(key[0], "LATEST", key[1], wanted),
+                   f"putting the async configuration of '{key[1]}'")
 
     def _deploy_fc3(self, body: dict[str, Any], update: bool) -> None:
         from alibabacloud_fc20230330 import models
@@ -299,6 +470,20 @@ class CloudSession:
                 self._deploy(key)
         config = lower_first(properties.get("TriggerConfig") or {})
         name = str(properties["TriggerName"])
+        with self._lock:
+            if (key, name) not in self._deployed_triggers:
+                action = "create"  # the function was deployed in this operation's endpoint without its triggers
+            self._deployed_triggers.add((key, name))
+        try:
+            self._trigger_calls(action, key, name, config, properties)
+        except CloudError:
+            if action == "create":
+                with self._lock:
+                    self._deployed_triggers.discard((key, name))
+            raise
+
+    def _trigger_calls(self, action: str, key: tuple[str, str], name: str, config: Any,
+                       properties: Mapping[str, Any]) -> None:
         role, qualifier = properties.get("InvocationRole"), properties.get("Qualifier")
         if key[0]:
             client = self._fc2()
@@ -341,9 +526,12 @@ class CloudSession:
 
         def deliver(service_token: str, request: dict[str, Any], timeout: float) -> dict[str, Any]:
             key = self._own_function(service_token)
-            if key is None:
-                return fallback(service_token, request, timeout)
-            return self._invoke(key, request, timeout)
+            if key is not None:
+                return self._invoke(key, request, timeout)
+            topic = self._own_topic(service_token)
+            if topic is not None:
+                return self._invoke(topic[1], request, timeout, topic=(topic[0], topic[2]))
+            return fallback(service_token, request, timeout)
 
         return deliver
 
@@ -356,9 +544,56 @@ class CloudSession:
             return None
         key = (token.service or "", token.function)
         with self._lock:
-            return key if key in self._functions else None
+            if key in self._functions:
+                return key
+        return key if self._adopt(key) else None
 
-    def _invoke(self, key: tuple[str, str], request: dict[str, Any], timeout: float) -> dict[str, Any]:
+    def _own_topic(self, service_token: str) -> tuple[str, tuple[str, str], str] | None:
+        """(topic, function, content format) when the token is an MNS topic of this region and account
+        with an mns_topic trigger of a known (or adoptable) function: MNS would invoke that function."""
+        try:
+            token = parse_service_token(service_token)
+        except ServiceTokenError:
+            return None
+        if not isinstance(token, MnsTopicToken) or (token.region, token.account_id) != (self.region, self.account_id):
+            return None
+        with self._lock:
+            found = self._topic_triggers.get(token.topic)
+        if found is None:
+            found = self._adopt_topic(token.topic)
+        if found is None:
+            return None
+        key = found[0]
+        with self._lock:
+            known = key in self._functions
+        if not known and not self._adopt(key):
+            return None
+        return token.topic, key, found[1]
+
+    def _adopt_topic(self, topic: str) -> tuple[tuple[str, str], str] | None:
+        """The mns_topic trigger of `topic` in another stack of this emulator home, learned."""
+        for record in home_records(self.region, self.account_id):
+            trigger = topic_trigger(live_resources(record), topic)
+            if trigger is not None:
+                self._remember(trigger.resource_type, trigger.properties)
+                with self._lock:
+                    return self._topic_triggers.get(topic)
+        return None
+
+    def _adopt(self, key: tuple[str, str]) -> bool:
+        """Learn a live function of another stack in this emulator home (a deployment template's
+        stack, whose outputs gave this stack its ServiceToken), to run it in this operation's
+        endpoint as it is recorded there; its own stack keeps owning it (it is never deleted here)."""
+        for record in home_records(self.region, self.account_id):
+            found = function_with_settings(live_resources(record), key)
+            for resource in found:
+                self._remember(resource.resource_type, resource.properties)
+            if found:
+                return True
+        return False
+
+    def _invoke(self, key: tuple[str, str], request: dict[str, Any], timeout: float,
+                topic: tuple[str, str] | None = None) -> dict[str, Any]:
         from ..local.response_server import ResponseServer
 
         with self._lock:
@@ -372,6 +607,8 @@ class CloudSession:
             responses = self._responses
         event = responses.attach(copy.deepcopy(request))
         payload = json.dumps(event).encode("utf-8")
+        if topic is not None:
+            payload = self._topic_notification(topic[0], topic[1], payload)
         invocation = self._invoke_async(key, payload)
         deadline = time.monotonic() + timeout
         settled_at: float | None = None
@@ -387,6 +624,17 @@ class CloudSession:
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"function '{key[1]}' sent no response to the ResponseURL within {timeout:g} s")
             time.sleep(_POLL)
+
+    def _topic_notification(self, topic: str, content_format: str, message: bytes) -> bytes:
+        """What an mns_topic trigger hands the function for a message published to `topic` (the
+        emulator plays MNS's push to FC): the body itself (STREAM), or the JSON notification."""
+        if content_format != "JSON":
+            return message
+        text = message.decode("utf-8")
+        return json.dumps({"TopicOwner": self.account_id, "TopicName": topic, "Subscriber": self.account_id,
+                           "SubscriptionName": f"fc-trigger-{topic}", "MessageId": uuid.uuid4().hex.upper(),
+                           "Message": text, "MessageMD5": hashlib.md5(message, usedforsecurity=False).hexdigest().upper(),
+                           "MessageTag": "", "PublishTime": int(time.time() * 1000)}).encode("utf-8")
 
     def _invoke_async(self, key: tuple[str, str], payload: bytes) -> str:
         if key[0]:
@@ -417,13 +665,3 @@ class CloudSession:
             error = f": {last.error_type}: {last.error_message}" if last is not None and last.error_message else ""
             return f"failed on all {len(record.attempts)} attempt(s) without answering{error}"
         return ""
-
-
-def _trigger_function(properties: Mapping[str, Any]) -> tuple[str, str]:
-    """The (service or "", function) a trigger belongs to (FC 2.0 triggers name their service)."""
-    return str(properties.get("ServiceName") or ""), str(properties["FunctionName"])
-
-
-def _function_key(type_name: str, properties: Mapping[str, Any]) -> tuple[str, str]:
-    service = str(properties["ServiceName"]) if type_name == FC2_FUNCTION else ""
-    return service, str(properties["FunctionName"])

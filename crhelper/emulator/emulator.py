@@ -188,7 +188,7 @@ class StackEmulator:
         identity = StackIdentity(name, str(uuid.uuid4()), self.region, self.account_id)
         plan = build_plan(load_template(template_text), parameters or {}, identity)
         return PreparedOperation("create", name, identity.stack_id, template_text, plan,
-                                 service_tokens(plan), http_configs(plan))
+                                 self._needing_providers(service_tokens(plan)), http_configs(plan))
 
     def _prepare_update(
         self, record: StackRecord, template_text: str | None, parameters: Mapping[str, Any] | None, use_previous: bool
@@ -208,7 +208,18 @@ class StackEmulator:
         if conflicts:
             raise TemplateValidationError(conflicts)
         return PreparedOperation("update", record.name, record.stack_id, text, plan,
-                                 service_tokens(plan), http_configs(plan))
+                                 self._needing_providers(service_tokens(plan)), http_configs(plan))
+
+    def _needing_providers(self, tokens: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        """The tokens less those naming a live function of a stack here, or a topic one of its mns_topic
+        triggers listens to (a deployment template's outputs): the stack's CloudSession runs those
+        functions, so they need no binding."""
+        if not any(token.startswith(("acs:fc:", "acs:mns:")) for token in tokens):
+            return tokens
+        from .cloud_local_stacks import canonical_token, live_tokens, stack_records
+
+        served = live_tokens(stack_records(self.store))
+        return {token: names for token, names in tokens.items() if canonical_token(token) not in served}
 
     def _prepare_delete(self, record: StackRecord, retain: Collection[str], retain_all: bool) -> PreparedOperation:
         unknown = set(retain) - set(record.resources)
