@@ -8,6 +8,7 @@ time of all router processes over the requests they served (less sensitive to ot
 ``crhelper router serve`` in its own process group (``--workers`` router processes on one port).
 
     python bench/router_wrk.py [--connections 1,16,64] [--duration 5] [--pairs 2] [--workers N]
+    python bench/router_wrk.py --no-fast-path     # every request through aiohttp (the path before the fast one)
 
 nginx and wrk must be installed (Debian: ``apt-get install nginx-light wrk``; nginx is started
 with its own config in a temp dir, never the system service). Exits 1 when a ratio is under the
@@ -93,11 +94,13 @@ def run_wrk(port: int, connections: int, duration: int, host: str = HOST) -> tup
     return parse_wrk(out)
 
 
-def start_router(home: Path, port: int, backend_port: int, workers: int, source: Path = ROOT) -> subprocess.Popen[bytes]:
+def start_router(home: Path, port: int, backend_port: int, workers: int, source: Path = ROOT,
+                 fast_path: bool = True) -> subprocess.Popen[bytes]:
     """``crhelper router serve`` with one route ``bench.local`` -> the backend, in a fresh home
     (``source``: the tree to import ``crhelper`` and ``handlers`` from, e.g. an older commit's)."""
     env = {**os.environ, "CRHELPER_HOME": str(home), "PYTHONPATH": str(source), "CRHELPER_ROUTER_WORKERS": str(workers)}
     env.pop("CRHELPER_ROUTER_SERVICES", None)
+    env["CRHELPER_ROUTER_FAST_PATH"] = "1" if fast_path else "0"
     setup = (
         "from handlers.routes.model import Route\n"
         "from handlers.routes.registry import register\n"
@@ -162,6 +165,8 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=0, help="router processes (0: the router's default)")
     parser.add_argument("--source", type=Path, default=ROOT,
                         help="import the router from this tree (e.g. `git archive` of an older commit)")
+    parser.add_argument("--no-fast-path", action="store_true",
+                        help="serve every request through aiohttp (CRHELPER_ROUTER_FAST_PATH=0)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     conns = [int(c) for c in args.connections.split(",")]
@@ -176,7 +181,7 @@ def main() -> int:
     nginx = start_nginx(tmp / "nginx", backend_port)
     router = None
     try:
-        router = start_router(tmp / "home", router_port, backend_port, workers, args.source)
+        router = start_router(tmp / "home", router_port, backend_port, workers, args.source, not args.no_fast_path)
         run_wrk(router_port, 16, 1)  # warm-up
         run_wrk(backend_port, 16, 1)
         load = os.getloadavg()
@@ -187,7 +192,7 @@ def main() -> int:
         stop(nginx)
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"router wrk bench: nginx 1 KiB static, wrk -t1 -d{args.duration}s, {args.pairs} interleaved pairs, "
-          f"router workers {workers}, cpus {os.cpu_count()}, load average before {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+          f"router workers {workers}, fast path {'off' if args.no_fast_path else 'on'}, cpus {os.cpu_count()}, load average before {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     missed = False
     summary = {}
     for c, runs in results.items():

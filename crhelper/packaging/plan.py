@@ -14,6 +14,7 @@ normalised) and `direct_url.json` (the absolute path or URL a wheel came from).
 from __future__ import annotations
 
 import importlib.machinery
+import importlib.util
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -87,6 +88,8 @@ def locate_provider(spec: str, search_path: Sequence[str]) -> ProviderSource:
         return ProviderSource({path.name: path}, f"{path.stem}:{attribute}", str(path))
     top = location.split(".")[0]
     found = importlib.machinery.PathFinder.find_spec(top, list(search_path))
+    if found is None:  # an editable install's meta-path finder (pip install -e): a top-level name imports nothing
+        found = importlib.util.find_spec(top)
     if found is None or found.origin in (None, "built-in", "frozen") and not found.submodule_search_locations:
         raise PackagingError(f"module {top!r} of provider {spec!r} is not found on the search path",
                              "run from the folder that holds it, or give a file path: path/to/file.py:provider")

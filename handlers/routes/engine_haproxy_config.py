@@ -225,6 +225,10 @@ def render(desired: Desired, listen: Listen) -> str:
         f"    retries {RETRIES}",
         "    option redispatch 1",
         "    balance random(2)",
+        # Backend connections stay open and are shared between clients (Flynn's Go transport pools
+        # them the same way), so a request seldom pays for a connect.
+        "    option http-keep-alive",
+        "    http-reuse always",
         f"    errorfile 404 {d}/404.http",
         f"    errorfile 503 {d}/503.http",
         "",

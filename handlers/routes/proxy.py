@@ -1,6 +1,8 @@
 """``crhelper router serve``: the local reverse proxy, matching like Flynn's router (spec §9).
 
-aiohttp's low-level server takes the HTTP(S) listeners and its client forwards; Upgrade requests
+Plain HTTP/1.1 requests on the HTTP listeners take the fast path (``fastpath``: raw asyncio
+protocols and pooled backend connections); everything else, and the HTTPS listener, is served by
+aiohttp's low-level server, whose client forwards; Upgrade requests
 (WebSocket and others) get the backend's 101 and are then spliced byte for byte; TCP routes get one
 asyncio listener each. A poll loop watches the repository and the registry file, so route and
 backend changes apply without a restart. :func:`serve_forever` runs ``CRHELPER_ROUTER_WORKERS``
@@ -14,7 +16,6 @@ import base64
 import functools
 import json
 import os
-import random
 import re
 import ssl
 import sys
@@ -36,6 +37,7 @@ from .matching import NOT_FOUND_BODY, UNAVAILABLE_BODY, Backend, RouteTable, att
 from .model import TCP, Route
 from .registry import ServiceRegistry
 from .repository import RouteRepository
+from .fastpath import DIAL_TIMEOUT, MAX_ATTEMPTS, FastPath, _request_id
 from .sticky import COOKIE_NAME, CookieSealer
 
 log = get_logger("routes.proxy")
@@ -45,8 +47,6 @@ HOP_BY_HOP = frozenset(
                         "Proxy-Connection", "TE", "Trailer", "Transfer-Encoding", "Upgrade")
 )
 REQUEST_ID_RE = re.compile(r"^[a-zA-Z0-9+/=-]{20,200}$")
-MAX_ATTEMPTS = 4
-DIAL_TIMEOUT = 1.0
 #: Flynn's ``ResponseHeaderTimeout`` (``router/proxy/transport.go``: ten minutes): how long a backend
 #: may take to send its response headers. Once they are in, the body has no timeout, as in Flynn.
 RESPONSE_TIMEOUT = 600.0
@@ -59,6 +59,8 @@ SPLICE_HIGH_WATER = 1 << 20
 SMALL_BODY = 64 * 1024
 #: On stop, in-flight requests get this long to finish before their connections are closed.
 SHUTDOWN_GRACE = 1.0
+#: ``0`` turns the plain-HTTP fast path off (every request through aiohttp; for comparisons).
+FAST_PATH_ENV = "CRHELPER_ROUTER_FAST_PATH"
 
 
 class Router:
@@ -69,7 +71,9 @@ class Router:
     None: ``$CRHELPER_ROUTER_TLS_CERT`` / ``$CRHELPER_ROUTER_TLS_KEY`` (files), else a self-signed
     one for ``localhost`` made at start. ``additional_http_ports`` are listeners whose routes are
     keyed by their own port, as Flynn's ``ADDITIONAL_HTTP_PORTS``. ``reuse_port`` binds with
-    ``SO_REUSEPORT`` so several router processes share the ports (see :func:`serve_forever`)."""
+    ``SO_REUSEPORT`` so several router processes share the ports (see :func:`serve_forever`).
+    ``fast_path`` (None: unless ``$CRHELPER_ROUTER_FAST_PATH`` is ``0``) serves plain HTTP/1.1
+    requests on raw protocols (:mod:`handlers.routes.fastpath`), the rest through aiohttp."""
 
     def __init__(
         self,
@@ -87,6 +91,7 @@ class Router:
         default_certificate: tuple[str, str] | None = None,
         workers: int | None = None,
         reuse_port: bool = False,
+        fast_path: bool | None = None,
     ) -> None:
         self.repo, self.registry, self.sealer = repo, registry, sealer
         self.host, self.http_port, self.tcp_host = host, http_port, tcp_host
@@ -96,6 +101,8 @@ class Router:
         self.default_certificate = default_certificate
         self.workers = workers
         self.reuse_port = reuse_port
+        self.fast_path = fast_path if fast_path is not None else os.environ.get(FAST_PATH_ENV, "1") != "0"
+        self._fast: FastPath | None = None
         self._default_ports: frozenset[int] = frozenset()
         self._tls_contexts: dict[str, ssl.SSLContext] = {}
         self.poll_interval = poll_interval
@@ -126,6 +133,9 @@ class Router:
         # aiohttp's low-level server: every request comes here, with no URL dispatch or middlewares.
         self._runner = web.ServerRunner(web.Server(self.handle_http, access_log=None), shutdown_timeout=SHUTDOWN_GRACE)
         await self._runner.setup()
+        server = self._runner.server
+        assert server is not None
+        self._fast = FastPath(self, server) if self.fast_path else None
         self.http_port = await self._listen(self.http_port, None)
         if self.https_port is not None:
             self.https_port = await self._listen(self.https_port, self._server_tls_context())
@@ -134,7 +144,10 @@ class Router:
         self._poller = asyncio.create_task(self._poll_loop())
 
     async def _listen(self, port: int, ssl_context: ssl.SSLContext | None) -> int:
+        """Bind one listener: the fast path's for plain HTTP, else aiohttp's."""
         assert self._runner is not None
+        if ssl_context is None and self._fast is not None:
+            return await self._fast.listen(self.host, port, self.reuse_port)
         site = web.TCPSite(self._runner, self.host, port, ssl_context=ssl_context,
                            reuse_port=self.reuse_port or None)
         await site.start()
@@ -196,6 +209,8 @@ class Router:
         for server in self._tcp_servers.values():
             await server.wait_closed()
         self._tcp_servers.clear()
+        if self._fast is not None:
+            await self._fast.stop()
         if self._runner is not None:
             await self._runner.cleanup()
         for session in (self._session, self._no_keepalive):
@@ -280,6 +295,9 @@ class Router:
             except (ClientError, asyncio.TimeoutError, OSError) as exc:
                 self.inflight[backend.addr] -= 1
                 return self._failed(request, route, exc)
+            except BaseException:  # cancelled (the router stopping): no longer in flight either
+                self.inflight[backend.addr] -= 1
+                raise
             try:
                 return await self._relay(request, upstream, route, backend, sticky)
             except (ConnectionError, ClientError, asyncio.TimeoutError) as exc:
@@ -490,13 +508,6 @@ def _stamp(*paths: Path) -> tuple[tuple[int, int, int], ...]:
     return tuple(out)
 
 
-def _request_id() -> str:
-    """A version-4 UUID string from the non-cryptographic generator: an X-Request-Id needs to be
-    unique, not secret, and ``uuid4`` costs a ``getrandom`` system call per request."""
-    h = f"{random.getrandbits(128):032x}"
-    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
-
-
 def _is_upgrade(headers: "CIMultiDictProxy[str] | CIMultiDict[str]") -> bool:
     """Flynn's ``isConnectionUpgrade``: ``upgrade`` among the first Connection header's tokens."""
     value = headers.get("Connection")
@@ -661,10 +672,22 @@ class RouterThread(LoopThread):
 
     async def cleanup(self) -> None:
         await self.router.stop()
+        await _cancel_leftovers()
 
     def refresh(self) -> None:
         """Force a reload now (tests use it instead of waiting a poll interval)."""
         self.run(self.router.refresh(force=True))
+
+
+async def _cancel_leftovers() -> None:
+    """Cancel and await the tasks still on this loop (as ``asyncio.run`` does before closing its
+    loop): a handler task left pending would be garbage-collected after the loop closed, which
+    asyncio reports as "Task was destroyed but it is pending"."""
+    current = asyncio.current_task()
+    left = [task for task in asyncio.all_tasks() if task is not current and not task.done()]
+    for task in left:
+        task.cancel()
+    await asyncio.gather(*left, return_exceptions=True)
 
 
 WORKERS_ENV = "CRHELPER_ROUTER_WORKERS"
@@ -695,6 +718,7 @@ def _worker_config(router: Router) -> dict[str, Any]:
         "tcp_host": router.tcp_host, "poll_interval": router.poll_interval,
         "response_timeout": router.response_timeout, "additional_http_ports": router.additional_http_ports,
         "default_certificate": list(router.default_certificate) if router.default_certificate else None,
+        "fast_path": router.fast_path,
     }
 
 
@@ -714,7 +738,8 @@ def worker_main() -> None:
                     http_port=config["http_port"], https_port=config["https_port"], tcp_host=config["tcp_host"],
                     poll_interval=config["poll_interval"], response_timeout=config["response_timeout"],
                     additional_http_ports=config["additional_http_ports"],
-                    default_certificate=tuple(cert) if cert else None, workers=1, reuse_port=True)
+                    default_certificate=tuple(cert) if cert else None, workers=1, reuse_port=True,
+                    fast_path=config.get("fast_path"))
 
     async def run() -> None:
         gone = asyncio.Event()

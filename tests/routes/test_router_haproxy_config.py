@@ -78,6 +78,8 @@ def test_the_configuration_matches_as_flynn_does_and_keeps_secrets_out() -> None
     assert "cookie _backend insert indirect nocache dynamic" in text and key in text and "k" * 32 not in text
     assert "ssl crt-list" not in text  # no certificate: no HTTPS listener
     assert "errorfile 404 /run/x/404.http" in text and "balance random(2)" in text and "retries 3" in text
+    # backend connections kept and shared; no per-request log line (no ``log global`` for the proxies)
+    assert "    option http-keep-alive\n    http-reuse always\n" in text and "log global" not in text
     assert C.error_response(404, "Not Found", NOT_FOUND_BODY).endswith("\r\n\r\nNot Found\n")
     assert C.map_text({"b": "2", "a": "1"}) == "a 1\nb 2\n"
 
