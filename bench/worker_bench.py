@@ -12,7 +12,9 @@ times, against the same endpoint and ResponseURL server:
   the same sleep, one POST of the SUCCESS body (`http.client`) and delete_message. No store, no
   validation, no visibility extension: the floor of what consuming a queue costs here.
 * ours: one `QueueWorker` with `--concurrency` handler threads running a `Provider` whose handler
-  does the same sleep (idempotency store `--store`, as deployed).
+  does the same sleep (idempotency store `--store`, as deployed; the SQLite store is opened by the
+  bench from the same URL and handed to the provider, so that its group-commit counters are printed:
+  writes, and the transactions that carried them).
 
 The observer reads each new capture once (O(1) per response; the receive time is the server's own
 stamp), so it costs the contenders nothing measurable. Every round checks that each request got
@@ -43,6 +45,7 @@ from _stats import Verdict, ratio  # noqa: E402
 
 from crhelper import Provider, Result  # noqa: E402
 from crhelper.local.mns_server import LocalMNS  # noqa: E402
+from crhelper.store import open_store  # noqa: E402
 from crhelper.testing import ResponseServer, make_event  # noqa: E402
 from crhelper.transports.mns_worker import QueueWorker  # noqa: E402
 
@@ -50,8 +53,8 @@ DEADLINE_SECONDS = 180.0
 TARGET_RATIO = 0.8
 
 
-def build_provider(handler_seconds: float) -> Provider:
-    provider = Provider()
+def build_provider(handler_seconds: float, store: Any = None) -> Provider:
+    provider = Provider(store=store)
 
     @provider.create("Custom::Bench")
     def create(props: dict, request: Any) -> Result:
@@ -151,12 +154,15 @@ def one_round(kind: str, args: argparse.Namespace, mns: LocalMNS, responses: Res
     observer.poll()
     worker: QueueWorker | None = None
     provider: Provider | None = None
+    store: Any = None
     started, cpu_started = time.time(), time.process_time()
     halt: Callable[[], None]
     if kind == "bare":
         halt = bare_consumer(mns, name, args.concurrency, args.handler_ms / 1000.0)
     else:
-        provider = build_provider(args.handler_ms / 1000.0)
+        if args.store == "sqlite":  # opened here, as the provider would, to read its group-commit counters
+            store = open_store(os.environ["CRHELPER_STORE"])
+        provider = build_provider(args.handler_ms / 1000.0, store)
         worker = QueueWorker(provider, endpoint=mns.endpoint, queue=name, access_key_id=mns.access_key_id,
                              access_key_secret=mns.access_key_secret, concurrency=args.concurrency, wait_seconds=1)
         worker.start()
@@ -178,6 +184,10 @@ def one_round(kind: str, args: argparse.Namespace, mns: LocalMNS, responses: Res
     observer.poll()
     if provider is not None:
         provider.close()
+    commits = None
+    if store is not None:
+        commits = {"writes": store.writes, "commits": store.commits}
+        store.close()
     attrs = queue.get_attributes()
     left = attrs.active_messages + attrs.inactive_messages + attrs.delay_messages
     answered = [i for i in ids if i in observer.first_at]
@@ -196,6 +206,7 @@ def one_round(kind: str, args: argparse.Namespace, mns: LocalMNS, responses: Res
         "p50": statistics.median(latencies) if latencies else float("nan"),
         "p95": percentile(latencies, 0.95) if latencies else float("nan"),
         "stats": worker.stats() if worker is not None else None,
+        "store": commits,
         "problems": problems,
         "cpu_ms": cpu * 1000 / max(1, len(answered)),
     }
@@ -220,6 +231,9 @@ def run(args: argparse.Namespace) -> int:
                         f"p50 {result['p50']:.3f} s p95 {result['p95']:.3f} s, process CPU {result['cpu_ms']:.2f} ms/message")
                 if result["stats"] is not None:
                     line += f"; worker {json.dumps(result['stats'])}"
+                if result["store"]:
+                    line += (f"; store {result['store']['writes']} writes in {result['store']['commits']} "
+                             f"commits ({result['store']['writes'] / max(1, result['store']['commits']):.1f} per commit)")
                 print(line, flush=True)
                 for problem in result["problems"]:
                     print(f"FAIL: pair {pair} {kind}: {problem}")

