@@ -52,6 +52,8 @@ if TYPE_CHECKING:  # each route loads its local endpoint (and SDK) only when a t
 #: After the first answer to a duplicated request, how long to wait for the second one.
 DUPLICATE_GRACE = 5.0
 _POLL = 0.01
+#: How often a waiter re-checks why no answer may come (a settled FC invocation); answers wake it at once.
+_GONE_POLL = 0.1
 _IDENTITY_FIELDS = ("RequestType", "RequestId", "StackId", "LogicalResourceId", "ResourceType")
 
 ROUTE_FC, ROUTE_INPROCESS, ROUTE_MNS, ROUTE_WEB, ROUTE_WEB_SYNC = "fc", "inprocess", "mns", "web", "web-sync"
@@ -324,7 +326,7 @@ class StackDelivery:
                     f"timed out after {timeout:g} s without a response at the ResponseURL"
                     f"{note() if note is not None else ''}{_attempts_note(self._captures(url_token))}"
                 )
-            time.sleep(_POLL)
+            self._wait_answer(request["ResponseURL"], min(deadline, grace_end or deadline) - now)
         problems: list[str] = []
         for capture in self._captures(url_token):
             problems.extend(p for p in capture.violations if p not in problems)
@@ -334,6 +336,11 @@ class StackDelivery:
             raise ProtocolViolation(_violation_message(request, problems))
         assert first.body is not None
         return first.body
+
+    def _wait_answer(self, url: str, left: float) -> None:
+        """Until the next answer at `url` (woken by it), at most `_GONE_POLL` (`gone` and `settled` are
+        re-read then) and never past `left`: 50 waiters no longer poll every 10 ms each."""
+        self.server.wait_answer(url, min(_GONE_POLL, max(left, 0.0)))
 
     def _mark_status(self, request: Mapping[str, Any], status: str | None) -> None:
         with self._lock:  # O(1): 200 resources answering together must not scan every delivery each

@@ -4,6 +4,10 @@ The dispatcher only handles request ids and timing; what an attempt does is the 
 callback, and the final verdict goes to `settle`. Failed attempts are retried up to
 `max_retries` times (FC's maxAsyncRetryAttempts, default 3; a function's async configuration may
 set its own per request) with exponential back-off.
+
+Waking is targeted: a job that is due wakes one idle worker (the others keep sleeping), and only the
+worker waiting for the earliest delayed job sleeps with a timeout, so a burst of 50 invocations on 64
+workers costs 50 wake-ups, not 50 x 64 (each worker re-taking the lock to find nothing to do).
 """
 from __future__ import annotations
 
@@ -30,7 +34,10 @@ class AsyncDispatcher:
         self._settle = settle
         self._max_retries = max_retries
         self._retry_delay = retry_delay
-        self._cond = threading.Condition()
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)  # wait_idle's waiters (and the state's lock)
+        self._work = threading.Condition(lock)  # idle workers
+        self._timer_due: float | None = None  # the due time a worker sleeps until, if any
         self._heap: list[tuple[float, int, str, int]] = []  # (due, seq, request id, attempts done)
         self._seq = itertools.count()
         self._running = 0
@@ -51,9 +58,12 @@ class AsyncDispatcher:
 
     def _push(self, request_id: str, attempts_done: int, delay: float) -> None:
         with self._cond:
-            heapq.heappush(self._heap, (time.monotonic() + delay, next(self._seq),
-                                        request_id, attempts_done))
-            self._cond.notify_all()
+            self._push_locked(time.monotonic() + delay, request_id, attempts_done)
+
+    def _push_locked(self, due: float, request_id: str, attempts_done: int) -> None:
+        """Queue a job and wake one worker: it takes the job if due, else re-times its sleep."""
+        heapq.heappush(self._heap, (due, next(self._seq), request_id, attempts_done))
+        self._work.notify()
 
     def _next(self) -> tuple[str, int] | None:
         with self._cond:
@@ -62,8 +72,17 @@ class AsyncDispatcher:
                 if self._heap and self._heap[0][0] <= now:
                     _, _, request_id, attempts_done = heapq.heappop(self._heap)
                     self._running += 1
+                    if self._heap:
+                        self._work.notify()  # the next job may be due as well, or need a timer
                     return request_id, attempts_done
-                self._cond.wait(self._heap[0][0] - now if self._heap else None)
+                due = self._heap[0][0] if self._heap else None
+                if due is not None and (self._timer_due is None or due < self._timer_due):
+                    self._timer_due = due  # this worker sleeps until the earliest due time
+                    self._work.wait(due - now)
+                    if self._timer_due == due:
+                        self._timer_due = None
+                else:
+                    self._work.wait()  # woken by a push, by a worker taking a job, or by stop
             return None
 
     def _loop(self) -> None:
@@ -85,8 +104,8 @@ class AsyncDispatcher:
                 self._running -= 1
                 if retry:
                     due = time.monotonic() + self._retry_delay * (2 ** attempts_done)
-                    heapq.heappush(self._heap, (due, next(self._seq), request_id, attempts_done + 1))
-                self._cond.notify_all()
+                    self._push_locked(due, request_id, attempts_done + 1)
+                self._cond.notify_all()  # wait_idle's waiters only (workers wait on `_work`)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """True once nothing is queued or running; False if `timeout` passes first."""
@@ -97,6 +116,7 @@ class AsyncDispatcher:
         """Stop taking work, wait for running attempts, and return ids that never settled."""
         with self._cond:
             self._stopping = True
+            self._work.notify_all()
             self._cond.notify_all()
         for thread in self._threads:
             if thread.is_alive():

@@ -16,6 +16,15 @@ one JSON message per fork, `{"env", "cwd", "sys_path", "preload"}`, carrying thr
 exists before the endpoint hears the pid) and dies with the server, which dies with the
 endpoint. The server is single-threaded, as forking requires; at the end of its socket it kills
 every instance's group and exits.
+
+Forks are served by several processes at once (CRHELPER_FC_FORK_SERVERS, default 4): after its first
+fork (its imports, and the first function's, done) the server forks copies of itself, each reading
+requests from the same socket (a
+SOCK_SEQPACKET message goes to exactly one reader; replies are whole messages too). A burst of 50
+cold starts is then not one serial chain of forks: on a loaded machine each process gets its own
+share of the CPU, and a single server, competing with the instances it has just forked, became the
+slowest step of a 50-resource stack. Each copy reaps and reports its own instances and dies with the
+server (their instances die with them).
 """
 from __future__ import annotations
 
@@ -38,6 +47,9 @@ from typing import IO, Any, Callable, Mapping, Sequence
 from crhelper.local.processes import PARENT_PID_ENV, die_with_parent, python_env, signal_group, start_process
 
 _MAX_MESSAGE = 4 << 20
+SERVERS_SETTING = "CRHELPER_FC_FORK_SERVERS"
+#: Processes serving forks (the server and its copies).
+DEFAULT_SERVERS = 4
 _REPLY_SECONDS = 30.0
 #: Exit status of an instance whose setup failed before it could serve.
 SETUP_FAILED = 70
@@ -131,17 +143,54 @@ def _reap(control: socket.socket, children: set[int]) -> None:
         _send(control, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
-def serve_forks(control: socket.socket, preload: Sequence[str] = ()) -> int:
-    """The server loop: import `preload`, then fork on request and report exits; at the socket's
-    end kill every instance."""
+def _servers(env: Mapping[str, str]) -> int:
+    text = env.get(SERVERS_SETTING, "").strip()
+    return max(1, min(int(text), 64)) if text.isdigit() else DEFAULT_SERVERS
+
+
+def serve_forks(control: socket.socket, preload: Sequence[str] = (), servers: int = 1) -> int:
+    """The server: import `preload`, then fork on request and report exits; once the first request's
+    own imports are done (the function's handler module and libraries), `servers - 1` copies of it
+    serve beside it. At the socket's end each kills its instances."""
+    loaded: set[str] = set()
+    _preload(preload, loaded)
+    return _serve(control, loaded, servers - 1)
+
+
+def _start_copies(control: socket.socket, loaded: set[str], count: int, inherited: Sequence[int],
+                  selector: selectors.BaseSelector) -> None:
+    """Fork `count` copies of this server, each serving the same socket until its end, then exiting
+    (never returning into the caller's loop). A copy first closes what it inherited from the loop:
+    `inherited` (the request's descriptors: an instance's pipe ends held open elsewhere would hide
+    its death; the loop's wake-up pipe) and the selector."""
+    server_pid = os.getpid()
+    for _ in range(count):
+        try:
+            pid = os.fork()
+        except OSError:
+            return  # fewer copies: the requests still get served
+        if pid == 0:
+            code = 1
+            try:
+                signal.set_wakeup_fd(-1)  # the loop's pipe is closed next
+                selector.close()
+                for fd in inherited:
+                    os.close(fd)
+                die_with_parent({PARENT_PID_ENV: str(server_pid)})
+                code = _serve(control, loaded, 0)
+            finally:
+                os._exit(code)
+
+
+def _serve(control: socket.socket, loaded: set[str], copies: int) -> int:
+    """One serving process's loop (its own SIGCHLD wake-up pipe: each reaps its own instances);
+    `copies` of it start after its first fork."""
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_read, False)
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     children: set[int] = set()
-    loaded: set[str] = set()
-    _preload(preload, loaded)
     selector = selectors.DefaultSelector()
     selector.register(control, selectors.EVENT_READ)
     selector.register(wake_read, selectors.EVENT_READ)
@@ -157,7 +206,10 @@ def serve_forks(control: socket.socket, preload: Sequence[str] = ()) -> int:
                             break
                     _reap(control, children)
                     continue
-                message, fds, _, _ = socket.recv_fds(control, _MAX_MESSAGE, 3)
+                try:  # another serving process may have taken the message: never block here
+                    message, fds, _, _ = socket.recv_fds(control, _MAX_MESSAGE, 3, socket.MSG_DONTWAIT)
+                except (BlockingIOError, InterruptedError):
+                    continue
                 if not message:
                     return 0
                 try:
@@ -165,6 +217,9 @@ def serve_forks(control: socket.socket, preload: Sequence[str] = ()) -> int:
                     if len(fds) != 3:
                         raise ValueError(f"expected 3 descriptors, got {len(fds)}")
                     _fork(control, [wake_read, wake_write], fds, request, loaded, children)
+                    if copies:  # the request's imports are done: the copies inherit them
+                        _start_copies(control, loaded, copies, [*fds, wake_read, wake_write], selector)
+                        copies = 0
                 except ValueError as exc:
                     _send(control, {"id": None, "error": f"bad fork request: {exc}"})
                 finally:
@@ -183,7 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
-    return serve_forks(control, ["crhelper.local.fc_worker", *(sys.argv[1:] if argv is None else argv)])
+    return serve_forks(control, ["crhelper.local.fc_worker", *(sys.argv[1:] if argv is None else argv)],
+                       _servers(os.environ))
 
 
 # --- the endpoint's side -----------------------------------------------------------------------

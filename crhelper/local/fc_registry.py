@@ -1,6 +1,8 @@
 """Registered functions: (service, function) -> handler spec and runtime settings.
 
-FC 3.0 has no services: its functions are held under the service name "" (`FC3_SERVICE`)."""
+FC 3.0 has no services: its functions are held under the service name "" (`FC3_SERVICE`). A function
+created through FC 2.0 is also reachable through FC 3.0 as `service$function` (FC 3.0's name for
+the 2.0 functions it shows: deploy.md §3.5), `COMPAT_SEPARATOR` here."""
 from __future__ import annotations
 
 import re
@@ -14,6 +16,8 @@ from crhelper.local.fc_protocol import FcApiError
 MAX_TIMEOUT_SECONDS = 86400
 #: The service name of FC 3.0 functions (which belong to no service).
 FC3_SERVICE = ""
+#: FC 3.0's name for an FC 2.0 function: "<service>$<function>".
+COMPAT_SEPARATOR = "$"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,127}$")
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
@@ -66,6 +70,12 @@ class FunctionSpec:
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
 
 
+def compat_target(name: str) -> tuple[str, str]:
+    """(service, function) an FC 3.0 name "service$function" stands for (an FC 2.0 function)."""
+    service, _, function = name.partition(COMPAT_SEPARATOR)
+    return service, function
+
+
 class FunctionRegistry:
     """Thread-safe lookup that answers misses with FC's 404 codes."""
 
@@ -93,6 +103,8 @@ class FunctionRegistry:
     def lookup(self, service: str, function: str) -> FunctionSpec:
         with self._lock:
             spec = self._functions.get((service, function))
+            if spec is None and service == FC3_SERVICE and COMPAT_SEPARATOR in function:
+                spec = self._functions.get(compat_target(function))
             known_service = (spec is not None or service in self._services
                              or any(s == service for s, _ in self._functions))
         if spec is not None:

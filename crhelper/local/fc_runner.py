@@ -13,8 +13,12 @@ are written: `on_output(request, line)` sees each line live (a ten-minute step s
 progress), and the invocation's whole output still becomes `InvocationResult.log`.
 
 Settings: CRHELPER_FC_INSTANCE_IDLE (seconds an idle instance is kept, default 180: FC keeps
-them a few minutes), CRHELPER_FC_FORK_SERVER (false: always spawn), CRHELPER_FC_PRELOAD (more
-modules for the fork server to import, comma-separated: a provider's heavy libraries).
+them a few minutes), CRHELPER_FC_FORK_SERVER (false: always spawn), CRHELPER_FC_FORK_SERVERS (how
+many processes serve forks, default 4: `crhelper.local.fc_fork`), CRHELPER_FC_PRELOAD (more
+modules for the fork server to import, comma-separated: a provider's heavy libraries; the libraries
+a function's handler module, or the provider its CRHELPER_PROVIDER names, imports at its top level
+are found in its source and imported there too, unless CRHELPER_FC_PRELOAD_IMPORTS is false:
+`crhelper.local.fc_preload`).
 """
 from __future__ import annotations
 
@@ -37,14 +41,19 @@ from crhelper.local.fc_auth import AccessKey
 from crhelper.local.fc_context import context_payload
 from crhelper.local.fc_fork import ForkError, ForkServer, shared_server
 from crhelper.local.fc_pool import Instance, InstancePool, PoolClosed
+from crhelper.local.fc_preload import library_imports, module_file
 from crhelper.local.fc_protocol import timeout_error
 from crhelper.local.fc_registry import FunctionSpec, split_handler
 from crhelper.local.processes import find_python, python_env, signal_group, start_process
 from crhelper.logs import get_logger
 
 IDLE_SETTING = "CRHELPER_FC_INSTANCE_IDLE"
+#: The provider a function's handler loads (`crhelper.loading.PROVIDER_ENV`; named here, not imported:
+#: the endpoint does not load the framework's loading machinery to read one variable).
+PROVIDER_ENV = "CRHELPER_PROVIDER"
 FORK_SETTING = "CRHELPER_FC_FORK_SERVER"
 PRELOAD_SETTING = "CRHELPER_FC_PRELOAD"
+PRELOAD_IMPORTS_SETTING = "CRHELPER_FC_PRELOAD_IMPORTS"
 #: Seconds an idle instance is kept (FC keeps idle instances for a few minutes).
 DEFAULT_IDLE_SECONDS = 180.0
 #: What the fork server imports: the framework a provider runs on (what its first request imports:
@@ -63,6 +72,13 @@ _log = get_logger("local.fc")
 
 #: Called with each line of a worker's log stream (bytes, newline included) as it is written.
 OutputCallback = Callable[["InvocationRequest", bytes], None]
+
+
+#: How a spawned worker starts: from the endpoint's crhelper (first on PYTHONPATH), not from a copy
+#: in the function's code folder (the working directory, which `-m` would put first): a package
+#: `crhelper package` built carries a trimmed crhelper of its own, which its handler then imports
+#: (`fc_worker.prefer_packaged_framework`).
+WORKER_BOOT = "import sys; del sys.path[0]; from crhelper.local.fc_worker import main; sys.exit(main())"
 
 
 @dataclass(frozen=True)
@@ -159,6 +175,17 @@ def _decode_outcome(raw: bytes | None, returncode: int | None) -> tuple[str, byt
     return "error", b"", outcome.get("error") or {"errorMessage": "unknown function error"}
 
 
+def _provider_location(spec: str) -> str:
+    """The file or module of a provider spec, as `crhelper.loading.parse_spec` reads it ("" if none)."""
+    text = spec.strip()
+    if text.endswith(".py"):
+        return text
+    location, sep, _ = text.rpartition(":")
+    if sep:
+        return location if location.endswith(".py") else text.partition(":")[0]
+    return text.rpartition(".")[0]
+
+
 def runtime_version(runtime: str) -> tuple[int, int] | None:
     """FC's runtime name to a Python version: "python3.10" -> (3, 10); None for any other name."""
     match = _RUNTIME.match(runtime)
@@ -215,6 +242,7 @@ class ProcessRunner:
         self._fork_enabled = env_bool(env, FORK_SETTING, True) if fork_server is None else fork_server
         extra = env.get(PRELOAD_SETTING, "").split(",") if preload is None else list(preload)
         self._preload = list(dict.fromkeys([*DEFAULT_PRELOAD, *(m.strip() for m in extra if m.strip())]))
+        self._preload_imports = env_bool(env, PRELOAD_IMPORTS_SETTING, True)
         self._launcher = ThreadPoolExecutor(1, thread_name_prefix="fc-instance-launcher")
         self._pool = InstancePool(self._start_instance, idle)
         self._lock = threading.Lock()
@@ -274,11 +302,23 @@ class ProcessRunner:
         _log.warning("function %s/%s has runtime %s but runs under the host's Python %s (%s)",
                      spec.service, spec.function, runtime, host, why)
 
-    def _preloads(self, spec: FunctionSpec) -> list[str]:
-        """The fork server's imports: the defaults, and framework modules the function's handlers
-        name (never a provider's own module: its import-time code runs once per instance)."""
+    def _preloads(self, spec: FunctionSpec, sys_path: Sequence[str]) -> list[str]:
+        """The fork server's imports: the defaults, framework modules the function's handlers name,
+        and the libraries its code imports (never a provider's own module: its import-time code runs
+        once per instance)."""
         named = [split_handler(h)[0] for h in (spec.handler, spec.initializer) if h]
-        return self._preload + [m for m in named if m == "crhelper" or m.startswith("crhelper.")]
+        framework = [m for m in named if m == "crhelper" or m.startswith("crhelper.")]
+        if not self._preload_imports:
+            return self._preload + framework
+        sources = [f for f in (module_file(m, sys_path) for m in named if m not in framework) if f is not None]
+        provider = _provider_location(spec.env.get(PROVIDER_ENV, ""))
+        if provider.endswith(".py"):
+            sources.append(Path(os.getcwd(), provider))  # an absolute path stays itself
+        elif provider:
+            found = module_file(provider, sys_path)
+            sources.extend([found] if found is not None else [])
+        libraries = library_imports(sources, sys_path, _host_python_path) if sources else []
+        return self._preload + framework + libraries
 
     def _server(self) -> ForkServer | None:
         """The process's fork server (`fc_fork.shared_server`); None when forking is off or impossible."""
@@ -306,11 +346,12 @@ class ProcessRunner:
         server = self._server() if host and spec.code_dir is None else None
         if server is not None:
             try:
-                return Instance(server.fork(env, os.getcwd(), sys_path, self._preloads(spec)), spec, request.qualifier)
+                return Instance(server.fork(env, os.getcwd(), sys_path, self._preloads(spec, sys_path)), spec,
+                                request.qualifier)
             except ForkError as exc:
                 _log.warning("fork server failed (%s): starting a new process", exc)
         proc = self._launch(lambda: start_process(
-            [python, "-m", "crhelper.local.fc_worker"], cwd=spec.code_dir,
+            [python, "-c", WORKER_BOOT], cwd=spec.code_dir,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=env, die_with_parent=True))
         return Instance(SpawnedProcess(proc), spec, request.qualifier)

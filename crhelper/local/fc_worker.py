@@ -125,11 +125,28 @@ def _invoke(job: dict[str, Any], context: FCContext) -> bytes:
         raise _FunctionError(_error(exc)) from exc
 
 
+def prefer_packaged_framework(code_dir: str) -> bool:
+    """A deployed package that carries its own crhelper (what `crhelper package` builds) runs that
+    copy, as on Function Compute: this worker's modules came from the endpoint's crhelper, so they
+    leave `sys.modules` (they keep working through their own references) and the handler imports the
+    package's. True when they left."""
+    own = os.path.join(code_dir, "crhelper", "__init__.py")
+    loaded = sys.modules.get("crhelper")
+    loaded_file = getattr(loaded, "__file__", None)
+    if not os.path.isfile(own) or loaded_file is None or os.path.samefile(own, loaded_file):
+        return False
+    for name in [n for n in sys.modules if n == "crhelper" or n.startswith("crhelper.")]:
+        del sys.modules[name]
+    return True
+
+
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """Run one job; the outcome dict is what the parent decodes."""
     wanted = list(job.get("sys_path", []))
     if sys.path[:len(wanted)] != wanted:  # the job's order first (a deployed function's code dir leads)
         sys.path[:] = wanted + [p for p in sys.path if p not in wanted]
+        if wanted:
+            prefer_packaged_framework(wanted[0])
     logger = _configure_logging(job["context"]["request_id"])
     context = build_context(job["context"], logger)
     try:

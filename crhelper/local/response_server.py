@@ -47,6 +47,8 @@ class _Plan:
     delay: float = 0.0
     attempts: int = 0
     accepted: list[Capture] = field(default_factory=list)
+    #: Set on every capture for this URL, cleared by `wait_answer`: its waiter sleeps until then.
+    arrived: threading.Event = field(default_factory=threading.Event)
 
 
 class ResponseServer:
@@ -132,6 +134,17 @@ class ResponseServer:
                     raise TimeoutError(f"no response for RequestId {request_id} within {timeout} s")
                 self._lock.wait(left)
 
+    def wait_answer(self, url: str, timeout: float) -> None:
+        """Sleep until a response arrives on `url`'s slot since the last call (or `timeout` passes):
+        a waiter for one request wakes on its own answer, not by polling every URL's captures."""
+        token = urlsplit(url).path.rsplit("/", 1)[-1]
+        with self._lock:
+            plan = self._plans.get(token)
+        if plan is None:
+            time.sleep(max(0.0, timeout))
+        elif plan.arrived.wait(max(0.0, timeout)):
+            plan.arrived.clear()  # what arrived before this is in `captures` already: the caller reads them next
+
     def attempts_for(self, url: str) -> int:
         token = urlsplit(url).path.rsplit("/", 1)[-1]
         with self._lock:
@@ -179,6 +192,7 @@ class ResponseServer:
             request_id = (body or {}).get("RequestId", "?")
             self.violations.extend(f"RequestId {request_id}: {p}" for p in problems)
             self._lock.notify_all()
+        plan.arrived.set()
         if status != 200:
             return status, json.dumps({"Code": "InjectedFault", "Attempt": attempt}).encode()
         return 200, b"{}"
