@@ -13,7 +13,7 @@ from ..cloud.credentials import Credentials, ProfileError, load_profile, missing
 from ..emulator.delivery_bindings import BindingError
 from ..emulator.provider_logs import LOG_LEVEL_ENV, provider_level, terminal_level
 from ..errors import ExplainedError
-from ..ros.server import LocalRos
+from ..ros.server import LocalRos, is_loopback
 from ..signals import stop_requested
 from .failures import print_failure
 
@@ -40,6 +40,12 @@ def _credentials(profile: str | None) -> Credentials:
 def serve(args: argparse.Namespace) -> int:
     """Serve until Ctrl-C / SIGTERM; running stack operations are waited for on the way out."""
     try:
+        if not is_loopback(args.host) and not args.allow_remote:
+            raise ExplainedError(
+                f"--host {args.host} is not a loopback address: other machines could reach the ROS API (signed "
+                "calls can create and delete stacks, and the providers they run act with this machine's access)",
+                "serve on 127.0.0.1 (the default), or add --allow-remote to expose the signed API on purpose "
+                "(the console stays off there)", "host")
         credentials = _credentials(args.profile)
         if args.home is not None:  # providers run here (in-process and FC workers) keep their state there too
             os.environ[paths.HOME_ENV] = str(Path(args.home).expanduser().resolve())
@@ -69,7 +75,8 @@ def serve(args: argparse.Namespace) -> int:
             else:
                 print(f"ROS 2019-09-10 API  {ros.endpoint}  (region {ros.region}; SDK: Config(endpoint="
                       f"'{ros.endpoint}', protocol='http'), signed with access key {ros.access_key_id})", flush=True)
-                print(f"console             {ros.console_url}", flush=True)
+                print(f"console             {ros.console_url or 'off (served on loopback addresses only)'}",
+                      flush=True)
                 print(f"stacks              {ros.stacks.home}  (also `crhelper stack list`)", flush=True)
                 print("Ctrl-C stops", file=sys.stderr, flush=True)
             while not stop.wait(0.5):

@@ -34,6 +34,41 @@ _TemplateLoader.add_constructor("tag:yaml.org,2002:timestamp", _keep_timestamp_t
 _TemplateLoader.add_multi_constructor("!", _short_form)
 
 
+#: How many values a YAML template may stand for once its aliases are expanded.
+MAX_TEMPLATE_VALUES = 200_000
+
+
+def expanded_values(text: str) -> int:
+    """How many values YAML `text` stands for with its aliases (`&a` ... `*a`) expanded, counted over
+    the composed node graph (each node once, nothing expanded): a 300-byte "billion laughs" template
+    is cheap to parse, but everything downstream that walks or copies it would expand it. 0 when the
+    text is not YAML the loader can compose (the loader then says what is wrong)."""
+    try:
+        root = yaml.compose(text, Loader=_TemplateLoader)
+    except (yaml.YAMLError, RecursionError):
+        return 0
+    sizes: dict[int, int] = {}
+
+    def size(node: Any) -> int:
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        sizes[id(node)] = 1  # a recursive alias counts once
+        if isinstance(node, yaml.SequenceNode):
+            total = 1 + sum(size(child) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total = 1 + sum(size(key) + size(value) for key, value in node.value)
+        else:
+            total = 1
+        sizes[id(node)] = total
+        return total
+
+    try:
+        return size(root) if root is not None else 0
+    except RecursionError:
+        return 0
+
+
 def parse_document(text: str) -> Any:
     """Parse template text; raises ValueError naming the line of a syntax error."""
     stripped = text.lstrip()
@@ -42,6 +77,11 @@ def parse_document(text: str) -> Any:
             return json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"template is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    if "&" in text and "*" in text:
+        count = expanded_values(text)
+        if count > MAX_TEMPLATE_VALUES:
+            raise ValueError(f"template's YAML aliases expand to {count} values, more than the "
+                             f"{MAX_TEMPLATE_VALUES} a template may hold")
     try:
         return yaml.load(text, Loader=_TemplateLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:

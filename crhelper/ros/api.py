@@ -24,10 +24,12 @@ from crhelper.cloud.signing.alibaba import MAX_CLOCK_SKEW_SECONDS
 from crhelper.cloud.signing.core import SignatureRejected, WireRequest
 from crhelper.cloud.signing.replay import ReplayCache
 from crhelper.ros.stacks import LocalStacks, RosError
+from crhelper.logs import get_logger
 from crhelper.servers import ApiResponse
 
-__all__ = ["API_VERSION", "RosApi", "Params", "is_api_request", "error_response"]
+__all__ = ["API_VERSION", "RosApi", "Params", "is_api_request", "error_response", "internal_error", "request_id"]
 
+_log = get_logger("local")
 API_VERSION = "2019-09-10"
 DEFAULT_PAGE_SIZE = 10
 MAX_PAGE_SIZE = 50
@@ -36,6 +38,8 @@ _SIGNING = frozenset({"Action", "Version", "Format", "Timestamp", "SignatureMeth
                       "SignatureNonce", "AccessKeyId", "Signature", "SecurityToken", "SignatureType"})
 _INDEXED = re.compile(r"^(?P<name>[A-Za-z]+)\.(?P<index>\d+)(?:\.(?P<field>[A-Za-z]+))?$")
 _TRUE, _FALSE = "true", "false"
+#: ASCII digits only: `int()` alone would take "1_0", "+5" or Arabic-Indic digits.
+_WHOLE = re.compile(r"^-?[0-9]{1,18}$")
 
 
 def is_api_request(query: Mapping[str, list[str]], headers: Mapping[str, str], form: Mapping[str, list[str]]) -> bool:
@@ -44,7 +48,8 @@ def is_api_request(query: Mapping[str, list[str]], headers: Mapping[str, str], f
     return bool(lowered.get("x-acs-action")) or "Action" in query or "Action" in form
 
 
-def _request_id() -> str:
+def request_id() -> str:
+    """A RequestId as ROS writes them (an upper-case UUID)."""
     return str(uuid.uuid4()).upper()
 
 
@@ -62,6 +67,12 @@ def error_response(error: RosError, request_id: str, host: str = "ros.aliyuncs.c
 
 def missing(name: str) -> RosError:
     return RosError("MissingParameter", f"The input parameter {name} should be specified.", 400)
+
+
+def internal_error() -> RosError:
+    """ROS's server-side error (its common error table), for a fault of the local ROS itself."""
+    return RosError("InternalError", "The request processing has failed due to some unknown error, exception or "
+                                     "failure; the local ROS server's log has the details.", 500)
 
 
 def invalid(name: str, reason: str) -> RosError:
@@ -97,12 +108,11 @@ class Params:
         value = self.values.get(name)
         if value is None or value == "":
             return default
-        try:
-            number = int(value.strip())
-        except ValueError:
-            raise invalid(name, f"it must be a whole number, got {value[:32]!r}") from None
+        bounds = f"from {low}" + (f" to {high}" if high is not None else " up") if low is not None else ""
+        if not _WHOLE.match(value.strip()):
+            raise invalid(name, f"it must be a whole number{' ' + bounds if bounds else ''}, got {value[:32]!r}")
+        number = int(value.strip())
         if (low is not None and number < low) or (high is not None and number > high):
-            bounds = f"from {low}" + (f" to {high}" if high is not None else " up")
             raise invalid(name, f"it must be {bounds}, got {number}")
         return number
 
@@ -203,15 +213,21 @@ class RosApi:
         return sorted(self._actions)
 
     def handle(self, request: WireRequest) -> ApiResponse:
-        request_id = _request_id()
+        rid = request_id()
         host = request.header("host") or "ros.aliyuncs.com"
         try:
             body = self._handle(request)
         except SignatureRejected as rejected:
-            return error_response(RosError(rejected.code, rejected.message, rejected.status), request_id, host)
+            return error_response(RosError(rejected.code, rejected.message, rejected.status), rid, host)
         except RosError as error:
-            return error_response(error, request_id, host)
-        return _json(200, {"RequestId": request_id, **body}, request_id)
+            return error_response(error, rid, host)
+        except RecursionError:  # a template (JSON or YAML) nested deeper than the parser goes
+            return error_response(RosError("StackValidationFailed", "Stack validation failed: the template is nested "
+                                           "too deeply to be read.", 400), rid, host)
+        except Exception:  # noqa: BLE001 - a bug answers ROS's error shape, its traceback goes to the log only
+            _log.error("ROS API request failed (RequestId %s)", rid, exc_info=True)
+            return error_response(internal_error(), rid, host)
+        return _json(200, {"RequestId": rid, **body}, rid)
 
     def _authenticate(self, request: WireRequest) -> dict[str, str]:
         request = _transport_content_type_dropped(request)
@@ -235,8 +251,8 @@ class RosApi:
         handler = self._actions.get(action)
         if handler is None:
             raise RosError("InvalidAction.NotFound",
-                           f"Specified api is not found, please check your url and method: {action[:64]!r} "
-                           f"(the local ROS serves {', '.join(self.actions)}).", 404)
+                           "Specified api is not found, please check your url and method. "  # the gateway's words
+                           f"(The local ROS serves {', '.join(self.actions)}; got {action[:64]!r}.)", 404)
         params = Params({k: v for k, v in parameters.items() if k not in _SIGNING})
         region = params.text("RegionId")
         if region and region != self.stacks.region:

@@ -12,6 +12,7 @@ console's pages need the token printed in its URL (`/?token=...`, made per start
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 from collections.abc import Mapping, Sequence
@@ -23,12 +24,12 @@ from crhelper.cloud.signing.alibaba import MAX_CLOCK_SKEW_SECONDS
 from crhelper.cloud.signing.core import Headers, WireRequest
 from crhelper.cloud.signing.replay import nonce_cache
 from crhelper.emulator.delivery_bindings import Bindings
-from crhelper.ros.api import RosApi, error_response, is_api_request
+from crhelper.ros.api import RosApi, error_response, is_api_request, request_id
 from crhelper.ros.stacks import LocalStacks, RosError
 from crhelper.logs import get_logger
 from crhelper.servers import ApiRequestHandler, ApiResponse, LocalHTTPServer, ServerThread
 
-__all__ = ["LocalRos", "MAX_BODY_BYTES"]
+__all__ = ["LocalRos", "MAX_BODY_BYTES", "is_loopback"]
 
 _log = get_logger("local")
 #: A TemplateBody may be 524,288 bytes; its form encoding can triple that.
@@ -40,9 +41,12 @@ class _RosHttpServer(LocalHTTPServer):
 
 
 class _RosRequestHandler(ApiRequestHandler):
-    """HTTP to the API or the console and back."""
+    """HTTP to the API or the console and back; HTTP the stdlib refuses itself (a bad request line,
+    too long headers) also answers ROS's JSON error document."""
 
     server: _RosHttpServer
+    #: A client that stops sending mid-request frees its thread after this many seconds.
+    timeout = 60
 
     def _dispatch(self) -> None:
         length = self.headers.get("Content-Length", "0") or "0"
@@ -50,15 +54,31 @@ class _RosRequestHandler(ApiRequestHandler):
             self.close_connection = True
             error = RosError("InvalidParameter", f"The specified parameter Content-Length is invalid, it must be a "
                                                  f"whole number up to {MAX_BODY_BYTES} bytes.", 400)
-            self.write_response(error_response(error, "local"))
+            self.write_response(error_response(error, request_id(), self.headers.get("Host") or "ros.aliyuncs.com"))
+            return
+        if self.headers.get("Transfer-Encoding"):
+            self.close_connection = True
+            error = RosError("InvalidParameter", "The specified parameter Transfer-Encoding is invalid, the local "
+                                                 "ROS reads bodies sent with a Content-Length only.", 400)
+            self.write_response(error_response(error, request_id(), self.headers.get("Host") or "ros.aliyuncs.com"))
             return
         body = self.rfile.read(int(length)) if int(length) else b""
         self.write_response(self.server.ros.answer(self.command, self.path, self.headers, body))
 
-    do_GET = do_POST = do_PUT = do_DELETE = _dispatch
+    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = do_OPTIONS = _dispatch
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The stdlib's refusals (400 bad request line, 414, 431, 501) in ROS's error shape."""
+        self.close_connection = True
+        if self.request_version == "HTTP/0.9":  # the stdlib's guess for a line it cannot read: answer with headers
+            self.request_version = "HTTP/1.1"
+        error = RosError("InvalidRequest" if code < 500 else "InternalError",
+                         f"The HTTP request is malformed: {message or explain or code}.", code)
+        self.write_response(error_response(error, request_id()))
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        _log.debug("%s %s", self.command, self.path.partition("?")[0])
+        # Called for refused request lines too, before `path` is known.
+        _log.debug("%s %s", getattr(self, "command", None) or "-", (getattr(self, "path", "") or "").partition("?")[0])
 
 
 def _form(headers: Mapping[str, str], body: bytes) -> dict[str, list[str]]:
@@ -71,6 +91,16 @@ def _form(headers: Mapping[str, str], body: bytes) -> dict[str, list[str]]:
         return {}
 
 
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and `localhost`: the addresses only this machine reaches."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 class LocalRos:
     """The local ROS endpoint: `start()`/`stop()` or `with`. See the module docstring.
 
@@ -81,7 +111,7 @@ class LocalRos:
                  home: str | os.PathLike[str] | None = None, region: str = "cn-hangzhou",
                  bindings: str | os.PathLike[str] | Bindings | None = None, stacks: LocalStacks | None = None,
                  credentials: Sequence[Credentials] = (), capture_output: bool = False, refuse_replays: bool = True,
-                 max_clock_skew: float = MAX_CLOCK_SKEW_SECONDS) -> None:
+                 max_clock_skew: float = MAX_CLOCK_SKEW_SECONDS, console: bool | None = None) -> None:
         if access_keys is None and not credentials:
             access_keys = {"LTAI" + secrets.token_hex(8): secrets.token_urlsafe(24)}
         self._keys = {ak: Credentials(ak, secret) for ak, secret in (access_keys or {}).items()}
@@ -95,6 +125,8 @@ class LocalRos:
         self.api = RosApi(self.stacks, self._keys, nonces=nonce_cache(max_clock_skew) if refuse_replays else None,
                           max_skew=max_clock_skew)
         self.console_token = secrets.token_urlsafe(24)
+        #: The console (unsigned pages, able to delete stacks) only where nobody else can connect.
+        self.console_enabled = is_loopback(host) if console is None else console
         self._server: _RosHttpServer | None = None
         self._serving: ServerThread | None = None
 
@@ -118,7 +150,10 @@ class LocalRos:
         return f"{self._server.host}:{self._server.port}"
 
     @property
-    def console_url(self) -> str:
+    def console_url(self) -> str | None:
+        """The console's address with its token; None when the console is off (a non-loopback host)."""
+        if not self.console_enabled:
+            return None
         return f"http://{self.endpoint}/?token={self.console_token}"
 
     def client(self, **config: Any) -> Any:
@@ -165,6 +200,10 @@ class LocalRos:
         query = parse_qs(raw_query, keep_blank_values=True)
         if is_api_request(query, request.headers, _form(request.headers, body)):
             return self.api.handle(request)
+        if not self.console_enabled:
+            return ApiResponse(404, {"Content-Type": "text/plain; charset=utf-8"},
+                               b"not found: this endpoint serves the ROS 2019-09-10 API only (the console is served "
+                               b"on loopback addresses only)\n")
         try:
             from crhelper.ros.console import handle_console
         except ImportError:

@@ -567,7 +567,7 @@ class LocalStacks:
             "StackType": "ROS",
             "Tags": _tag_list(self._extras_of(record.stack_id).tags),
             "DeletionProtection": "Disabled",
-            "DriftDetectionTime": "",
+            "StackDriftStatus": "NOT_CHECKED",  # no drift detection here (the SDK model's value for that)
             "Parallelism": record.parallelism,
         }
 
@@ -704,12 +704,12 @@ class LocalStacks:
         for logical_id, spec in active.items():
             raw = _section(raw_resources, logical_id)
             resources.append({"LogicalResourceId": logical_id, "ResourceType": spec.type, "Action": "Add",
-                              "Properties": raw.get("Properties", {}), "Replacement": "False",
+                              "Properties": raw.get("Properties", {}),  # Replacement: only with Action Modify
                               "RequiredBy": sorted(n for n, s in active.items() if logical_id in s.depends_on),
                               "Description": str(raw.get("Description", ""))})
         values = prepared.plan.parameter_values() if prepared is not None and prepared.plan is not None else dict(parameters)
         no_echo = set(prepared.plan.no_echo) if prepared is not None and prepared.plan is not None else set()
-        return {"StackName": name, "Description": template.description, "TemplateDescription": template.description,
+        return {"StackName": name, "RegionId": self.region, "Description": template.description, "TemplateDescription": template.description,
                 "DisableRollback": False, "TimeoutInMinutes": DEFAULT_TIMEOUT_MINUTES,
                 "Parameters": [{"ParameterKey": k, "ParameterValue": "******" if k in no_echo else _text(v)}
                                for k, v in values.items()],

@@ -29,12 +29,17 @@ EPILOG = """\
 examples:
   crhelper ros serve --port 9100 --bindings templates/demo.bindings.yaml
   crhelper ros serve --port 0 --home /tmp/ros-home --json     # one JSON line: endpoint, console URL
+  crhelper ros serve --host 0.0.0.0 --allow-remote     # the signed API for other machines; no console
   aliyun ros GetStack --StackId ID --RegionId cn-hangzhou --endpoint 127.0.0.1:9100 --insecure
 """
 SERVE_DESCRIPTION = (
     "Serve the ROS 2019-09-10 API and the console on one loopback port until Ctrl-C. Prints the\n"
     "endpoint (host:port for the SDK's Config.endpoint) and the console URL; with --json, one JSON\n"
-    "line {\"endpoint\", \"console_url\", \"region\", \"access_key_id\", \"home\"} instead."
+    "line {\"endpoint\", \"console_url\", \"region\", \"access_key_id\", \"home\"} instead (console_url is\n"
+    "null when the console is off).\n\n"
+    "A --host that is not a loopback address (127.0.0.0/8, ::1, localhost) is refused unless\n"
+    "--allow-remote is given: then other machines reach the API (every call still signed with the\n"
+    "access key) and the stacks' providers it runs, and the console is not served at all."
 )
 
 
@@ -44,7 +49,10 @@ def register(subparsers: SubParsers) -> None:
     commands = parser.add_subparsers(dest="ros_command", metavar="COMMAND", required=True)
     serve = add_command(commands, "serve", "serve the ROS 2019-09-10 API and the console on loopback",
                         SERVE_DESCRIPTION, EPILOG)
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; a non-loopback one needs --allow-remote)")
+    serve.add_argument("--allow-remote", action="store_true",
+                       help="allow a non-loopback --host: exposes the signed ROS API (and the providers it runs) to "
+                            "the network; the console is then not served")
     serve.add_argument("--port", type=int, default=9100, help="port to listen on; 0 picks a free one (default 9100)")
     serve.add_argument("--home", type=Path, default=None, metavar="DIR",
                        help="state folder shared with `crhelper stack` (default $CRHELPER_HOME or ~/.crhelper)")
