@@ -12,7 +12,7 @@ import binascii
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Mapping, overload
+from typing import Any, Mapping, overload
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
@@ -124,20 +124,79 @@ def env_base64(env: Mapping[str, str], name: str, length: int | None = None) -> 
     return value
 
 
-@dataclass(frozen=True)
-class DeliverySettings:
+class ReadOnly:
+    """Read-only records for the runtime's import path, without `dataclasses`: generating a dataclass's
+    methods costs ~1 ms on every cold start (issue 18). Subclasses list their fields in `__slots__` and
+    set them once in `__init__` through `_init`; equality is identity (see `Value` for compared ones)."""
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is read-only: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is read-only: cannot delete {name!r}")
+
+    def _init(self, **values: Any) -> None:
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in getattr(type(self), "__slots__")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """pickle and copy restore fields here: plain setattr is refused."""
+        self._init(**state)
+
+    def __repr__(self) -> str:
+        names: tuple[str, ...] = getattr(type(self), "__slots__")
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in names if name not in self._hidden)
+        return f"{type(self).__name__}({shown})"
+
+    _hidden: tuple[str, ...] = ()
+
+
+class Value(ReadOnly):
+    """A `ReadOnly` record compared and hashed by its fields, like a frozen dataclass."""
+
+    __slots__ = ()
+
+    def _fields(self) -> tuple[Any, ...]:
+        names: tuple[str, ...] = getattr(type(self), "__slots__")
+        return tuple(getattr(self, name) for name in names)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._fields() == other._fields()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+
+class DeliverySettings(Value):
     """How responses travel to the ResponseURL."""
 
-    method: str = "POST"
-    url_mode: str = "auto"  # public | intranet | auto (intranet first when running on Function Compute)
-    connect_timeout: float = 5.0
-    read_timeout: float = 15.0
-    max_attempts: int = 6
-    backoff_base: float = 0.5
-    backoff_cap: float = 8.0
-    allowed_hosts: tuple[str, ...] = ()
-    ca_bundle: str | None = None
-    verify_tls: bool = True
+    __slots__ = ("method", "url_mode", "connect_timeout", "read_timeout", "max_attempts", "backoff_base",
+                 "backoff_cap", "allowed_hosts", "ca_bundle", "verify_tls")
+    method: str
+    url_mode: str  # public | intranet | auto (intranet first when running on Function Compute)
+    connect_timeout: float
+    read_timeout: float
+    max_attempts: int
+    backoff_base: float
+    backoff_cap: float
+    allowed_hosts: tuple[str, ...]
+    ca_bundle: str | None
+    verify_tls: bool
+
+    def __init__(self, method: str = "POST", url_mode: str = "auto", connect_timeout: float = 5.0,
+                 read_timeout: float = 15.0, max_attempts: int = 6, backoff_base: float = 0.5,
+                 backoff_cap: float = 8.0, allowed_hosts: tuple[str, ...] = (), ca_bundle: str | None = None,
+                 verify_tls: bool = True) -> None:
+        self._init(method=method, url_mode=url_mode, connect_timeout=connect_timeout, read_timeout=read_timeout,
+                   max_attempts=max_attempts, backoff_base=backoff_base, backoff_cap=backoff_cap,
+                   allowed_hosts=allowed_hosts, ca_bundle=ca_bundle, verify_tls=verify_tls)
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import traceback
-from dataclasses import dataclass
 from typing import Any
 
+from .config import ReadOnly
 from .constants import CREATE, DELETE, NOTHING_CREATED_IDS, UPDATE
 from .errors import Failure, PropertiesError
 from .logs import get_logger
@@ -34,13 +34,16 @@ from .response import (
 _log = get_logger("dispatch")
 
 
-@dataclass(frozen=True, eq=False)  # eq=False: never compared; fewer generated methods on the cold start
-class Orphaned:
+class Orphaned(ReadOnly):
     """A FAILED Create whose handler did produce a resource (its answer could not be sent as is):
     the lifecycle records `physical_id` so that the Delete that follows cleans it up."""
 
+    __slots__ = ("body", "physical_id")
     body: dict[str, Any]
     physical_id: str
+
+    def __init__(self, body: dict[str, Any], physical_id: str) -> None:
+        self._init(body=body, physical_id=physical_id)
 
 
 def plain(outcome: "dict[str, Any] | InProgress | Orphaned") -> "dict[str, Any] | InProgress":

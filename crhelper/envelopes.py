@@ -11,9 +11,9 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from dataclasses import dataclass, field
 from typing import Any, Union
 
+from .config import Value
 from .constants import MAX_NESTING_DEPTH
 from .request import NestedTooDeeply, load_json
 
@@ -50,15 +50,20 @@ class BodyDecodeError(ValueError):
     """A message body that is neither a JSON object nor base64 of one."""
 
 
-@dataclass(frozen=True)
-class Envelope:
+class Envelope(Value):
     """One incoming message: ``body`` is the request dict, or the raw bytes when ``error`` says why not."""
 
+    __slots__ = ("source", "message_id", "body", "error", "attributes")
     source: str
     message_id: str | None
     body: Union[bytes, dict]
     error: str | None
-    attributes: dict = field(default_factory=dict)
+    attributes: dict
+
+    def __init__(self, source: str, message_id: str | None, body: Union[bytes, dict], error: str | None,
+                 attributes: dict | None = None) -> None:
+        self._init(source=source, message_id=message_id, body=body, error=error,
+                   attributes={} if attributes is None else attributes)
 
     @property
     def ok(self) -> bool:

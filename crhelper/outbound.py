@@ -18,12 +18,11 @@ import re
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from email.utils import formatdate
 from typing import TYPE_CHECKING, Callable
 from urllib.parse import quote, urlsplit
 
-from .config import DeliverySettings
+from .config import DeliverySettings, ReadOnly
 from .logs import get_logger, redact_url
 
 if TYPE_CHECKING:
@@ -33,20 +32,24 @@ USER_AGENT = "ros-crhelper/0.1"
 _log = get_logger("outbound")
 
 
-@dataclass(frozen=True, eq=False)  # never compared: two fewer methods to compile at import
-class DeliveryReport:
+class DeliveryReport(ReadOnly):
     """What happened to one response: delivered or not, after how many attempts, and why.
 
     `final` is True when sending again cannot help (a 4xx other than 429, an invalid or refused URL,
     an untrusted TLS certificate, no URL at all); a queue worker need not keep the message for it.
     """
 
+    __slots__ = ("delivered", "attempts", "status", "url_kind", "error", "final")
     delivered: bool
     attempts: int
-    status: int | None = None
-    url_kind: str | None = None
-    error: str | None = None
-    final: bool = False
+    status: int | None
+    url_kind: str | None
+    error: str | None
+    final: bool
+
+    def __init__(self, delivered: bool, attempts: int, status: int | None = None, url_kind: str | None = None,
+                 error: str | None = None, final: bool = False) -> None:
+        self._init(delivered=delivered, attempts=attempts, status=status, url_kind=url_kind, error=error, final=final)
 
 
 class _Retryable(Exception):
@@ -122,12 +125,15 @@ _TARGET_SAFE = "".join(chr(code) for code in range(0x21, 0x7F))
 _DEADLINE_MARGIN = 0.05
 
 
-@dataclass(frozen=True, eq=False)  # never compared
-class _Target:
+class _Target(ReadOnly):
+    __slots__ = ("scheme", "host", "port", "path")
     scheme: str
     host: str
     port: int | None
     path: str  # request target: path and query, ASCII only
+
+    def __init__(self, scheme: str, host: str, port: int | None, path: str) -> None:
+        self._init(scheme=scheme, host=host, port=port, path=path)
 
 
 def _char_name(char: str) -> str:

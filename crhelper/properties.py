@@ -9,20 +9,23 @@ import inspect
 import re
 import types
 import typing
-from dataclasses import dataclass
 from typing import Any, Callable
 
+from .config import ReadOnly
 from .errors import PropertiesError
 
 _RAW_TYPES = (dict, collections.abc.Mapping, collections.abc.MutableMapping, typing.Any, inspect.Parameter.empty)
 
 
-@dataclass(frozen=True, eq=False)  # never compared (eq=False: two fewer methods to compile at import)
-class HandlerShape:
+class HandlerShape(ReadOnly):
     """How to call a handler: the properties type and how many positional arguments it takes."""
 
+    __slots__ = ("model", "arity")
     model: Any  # None means: pass the raw dict
     arity: int
+
+    def __init__(self, model: Any, arity: int) -> None:
+        self._init(model=model, arity=arity)
 
 
 def handler_shape(func: Callable[..., Any]) -> HandlerShape:
@@ -121,12 +124,15 @@ def _adapter(model: Any) -> Any:
     return TypeAdapter(model)
 
 
-@dataclass(frozen=True, eq=False)  # never compared
-class Checked:
+class Checked(ReadOnly):
     """Properties validated leniently: the value for the handler and, when it failed the model, why."""
 
+    __slots__ = ("value", "problem")
     value: Any
-    problem: PropertiesError | None = None
+    problem: PropertiesError | None
+
+    def __init__(self, value: Any, problem: PropertiesError | None = None) -> None:
+        self._init(value=value, problem=problem)
 
 
 def validate_leniently(model: Any, raw: dict[str, Any], field_prefix: str) -> Checked:
@@ -157,14 +163,17 @@ def unvalidated(model: Any, raw: dict[str, Any]) -> Any:
 _MAX_MODEL_DEPTH = 8
 
 
-@dataclass(frozen=True, eq=False)  # never compared
-class _FieldSpec:
+class _FieldSpec(ReadOnly):
     """What building one field needs: where its value is, how to check it alone, what to do otherwise."""
 
+    __slots__ = ("name", "keys", "annotation", "default")
     name: str
     keys: tuple[str, ...]  # where the value may be in the raw mapping, in order
     annotation: Any  # checked with pydantic (or msgspec for Structs), Annotated constraints included
     default: Callable[[], Any] | None  # None: required
+
+    def __init__(self, name: str, keys: tuple[str, ...], annotation: Any, default: Callable[[], Any] | None) -> None:
+        self._init(name=name, keys=keys, annotation=annotation, default=default)
 
 
 def _build(model: Any, raw: Any, depth: int) -> Any:

@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .config import Value
 from .constants import CREATE, DELETE, GENERIC_TYPE, MAX_ROS_TIMEOUT, REQUEST_TYPES, UPDATE
 from .properties import HandlerShape, handler_shape
 
 Handler = Callable[..., Any]
 
 
-@dataclass
 class Registration:
-    func: Handler
-    _shape: HandlerShape | None = field(default=None, repr=False)
+    """A handler and, once resolved, how to call it (a plain class: no dataclass methods to generate at import)."""
+
+    __slots__ = ("func", "_shape")
+
+    def __init__(self, func: Handler, _shape: HandlerShape | None = None) -> None:
+        self.func = func
+        self._shape = _shape
+
+    def __repr__(self) -> str:
+        return f"Registration(func={self.func!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Registration:
+            return NotImplemented
+        return (self.func, self._shape) == (other.func, other._shape)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it replaces
 
     @property
     def shape(self) -> HandlerShape:
@@ -46,12 +60,15 @@ def deadline_problem(resource_type: str, seconds: object) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class TypeOptions:
+class TypeOptions(Value):
     """Per-type limits of long-running operations."""
 
-    deadline: float = DEFAULT_DEADLINE
-    on_timeout: Handler | None = None
+    __slots__ = ("deadline", "on_timeout")
+    deadline: float
+    on_timeout: Handler | None
+
+    def __init__(self, deadline: float = DEFAULT_DEADLINE, on_timeout: Handler | None = None) -> None:
+        self._init(deadline=deadline, on_timeout=on_timeout)
 
 
 class Registry:

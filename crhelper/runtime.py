@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import collections
 import contextvars
-import dataclasses
 import functools
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from . import outbound
-from .config import Settings
+from .config import ReadOnly, Settings
 from .dispatch import Orphaned, dispatch, plain
 from .response import failed_response
 from .reentry import continuation_id_of
@@ -33,18 +31,22 @@ if TYPE_CHECKING:
 _log = get_logger("runtime")
 
 
-@dataclass(frozen=True, eq=False)  # never compared (eq=False: two fewer methods to compile at import)
-class Outcome:
+class Outcome(ReadOnly):
     """What happened to one event: the body sent (None when nothing was due or possible) and its delivery."""
 
+    __slots__ = ("body", "delivered", "error", "final", "retry_after")
     body: dict[str, Any] | None
     delivered: bool
-    error: str | None = None
+    error: str | None
     #: The delivery failed for good (a final 4xx, an invalid URL): retrying cannot help.
-    final: bool = False
+    final: bool
     #: Nothing was sent because another process holds the request and may be alive, and no
     #: follow-up could be left: a transport that can (a queue) should offer it again after this many s.
-    retry_after: float | None = None
+    retry_after: float | None
+
+    def __init__(self, body: dict[str, Any] | None, delivered: bool, error: str | None = None, final: bool = False,
+                 retry_after: float | None = None) -> None:
+        self._init(body=body, delivered=delivered, error=error, final=final, retry_after=retry_after)
 
     @classmethod
     def of(cls, reply: "Answer", report: "outbound.DeliveryReport") -> "Outcome":
@@ -55,19 +57,30 @@ class Outcome:
         )
 
 
-@dataclass(frozen=True, eq=False)  # never compared
-class Answer:
+class Answer(ReadOnly):
     """The response body for one event and where it goes; body is None when no answer is possible."""
 
+    __slots__ = ("body", "request", "public_url", "intranet_url", "error", "retry_after", "verdict")
+    _hidden = ("verdict",)
     body: dict[str, Any] | None
-    request: Request | None = None
-    public_url: str | None = None
-    intranet_url: str | None = None
-    error: str | None = None
+    request: Request | None
+    public_url: str | None
+    intranet_url: str | None
+    error: str | None
     #: Nothing sent: the request is in flight elsewhere and no follow-up could be left (seconds).
-    retry_after: float | None = None
+    retry_after: float | None
     #: Told whether the body was delivered, so the store can let go of the operation.
-    verdict: "Verdict | None" = dataclasses.field(default=None, repr=False, compare=False)
+    verdict: "Verdict | None"
+
+    def __init__(self, body: dict[str, Any] | None, request: Request | None = None, public_url: str | None = None,
+                 intranet_url: str | None = None, error: str | None = None, retry_after: float | None = None,
+                 verdict: "Verdict | None" = None) -> None:
+        self._init(body=body, request=request, public_url=public_url, intranet_url=intranet_url, error=error,
+                   retry_after=retry_after, verdict=verdict)
+
+    def with_body(self, body: dict[str, Any] | None, verdict: "Verdict | None") -> "Answer":
+        """This answer with another body and verdict (what `dataclasses.replace` did)."""
+        return Answer(body, self.request, self.public_url, self.intranet_url, self.error, self.retry_after, verdict)
 
     @classmethod
     def of(cls, verdict: "Verdict") -> "Answer":
@@ -361,12 +374,15 @@ def send(reply: Answer, settings: Settings, deadline: float | None = None) -> ou
         )
 
 
-@dataclass(frozen=True, eq=False)  # never compared
-class Services:
+class Services(ReadOnly):
     """What long-running and idempotent handling needs; None parts turn that feature off."""
 
-    lifecycle: "Lifecycle | None" = None
-    reentry: "Reentry | None" = None
+    __slots__ = ("lifecycle", "reentry")
+    lifecycle: "Lifecycle | None"
+    reentry: "Reentry | None"
+
+    def __init__(self, lifecycle: "Lifecycle | None" = None, reentry: "Reentry | None" = None) -> None:
+        self._init(lifecycle=lifecycle, reentry=reentry)
 
 
 def handle_event(
@@ -464,7 +480,7 @@ def _run_request(
         if services.lifecycle is not None and parsed.body is not None:
             # Duplicates of an invalid request are answered once too.
             verdict = services.lifecycle.answer_invalid(raw, parsed.body)
-            return dataclasses.replace(parsed, body=verdict.body, verdict=verdict)
+            return parsed.with_body(verdict.body, verdict)
         return parsed
     request = parsed
     public, intranet = request.response_url, request.intranet_response_url

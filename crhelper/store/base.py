@@ -20,6 +20,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, runtime_checkable
 
+from ..config import ReadOnly
+
 #: How long an idempotency record is kept after its creation (seconds).
 DEFAULT_TTL_SECONDS = 24 * 3600
 #: How long an owner may hold a claim without renewing it before others may take it over.
@@ -154,12 +156,15 @@ class IdempotencyRecord:
             ) from None
 
 
-@dataclass(frozen=True, eq=False)  # never compared (eq=False: two fewer methods to compile at import)
-class ClaimResult:
+class ClaimResult(ReadOnly):
     """Outcome of `Store.claim` plus the record as it stands after the claim."""
 
+    __slots__ = ("status", "record")
     status: ClaimStatus
     record: IdempotencyRecord
+
+    def __init__(self, status: ClaimStatus, record: IdempotencyRecord) -> None:
+        self._init(status=status, record=record)
 
     @property
     def owns(self) -> bool:

@@ -221,7 +221,7 @@ class S3Store:
                 return result
             seq = head.seq + 1
             if self.advance_log(log_dir, seq, self._record_doc(to_write, seq)):
-                return replace(result, record=replace(to_write, version=seq))
+                return ClaimResult(result.status, replace(to_write, version=seq))
         raise StoreError("store s3 claim lost too many races in a row")
 
     def claim_with_continuation(

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Mapping
 from urllib.parse import parse_qs, urlsplit
 
+from ..config import Value
 from ..paths import home
 from .base import StoreError
 
@@ -26,11 +27,14 @@ class StoreConfigError(StoreError, ValueError):
     """The store URL is malformed; the message names the setting and the rule."""
 
 
-@dataclass(frozen=True)
-class SqliteSettings:
+class SqliteSettings(Value):
     """`sqlite:///relative.db`, `sqlite:////absolute/path.db` or `sqlite://:memory:`."""
 
+    __slots__ = ("path",)
     path: str
+
+    def __init__(self, path: str) -> None:
+        self._init(path=path)
 
 
 class MemorySettings:
