@@ -18,6 +18,11 @@ DEVELOPMENT_ONLY = ("crhelper.cli", "crhelper.emulator", "crhelper.local", "crhe
                     "crhelper.deploy", "crhelper.ros", "crhelper.testing", "crhelper.pytest_plugin")
 
 
+#: Modules a shipped module starts as `python -m NAME` (a name in a string, which no import
+#: statement shows): they ship with it. The boot-group and cluster backends' supervisor starts its daemon.
+LAUNCHED_MODULES = {"crhelper.local.supervisor": ("crhelper.local.supervisor_daemon",)}
+
+
 def module_name(archive_name: str) -> str:
     """`crhelper/local/processes.py` -> `crhelper.local.processes`; a package's `__init__.py` names the package."""
     parts = archive_name[:-3].split("/")
@@ -68,7 +73,9 @@ def needed_library(library: Mapping[str, Path], shipped: Iterable[tuple[str, Pat
         name, path = queue.pop()
         if not name.endswith(".py"):
             continue
-        for imported in imported_names(path.read_bytes(), module_name(name), name.endswith("/__init__.py")):
+        module = module_name(name)
+        for imported in (*imported_names(path.read_bytes(), module, name.endswith("/__init__.py")),
+                         *LAUNCHED_MODULES.get(module, ())):
             parts = imported.split(".")
             for end in range(1, len(parts) + 1):
                 archive = by_module.get(".".join(parts[:end]))

@@ -279,10 +279,18 @@ class LocalNodeBackend:
                 and (cluster_id, str(doc["node_id"])) not in self._metads_up]
         if not docs:
             return
-        self.supervisor.start_many(self._metad_specs(cluster_id, docs))
+        specs = self._metads_missing(self._metad_specs(cluster_id, docs))
+        if specs:
+            self.supervisor.start_many(specs)
         for doc in docs:
             if wait_port(str(doc["ip"]), metadata.METAD_PORT, METAD_WAIT):
                 self._metads_up.add((cluster_id, str(doc["node_id"])))
+
+    def _metads_missing(self, specs: Sequence[ProcessSpec]) -> list[ProcessSpec]:
+        """The specs whose metad is not running: one that runs is answered as it is, even when its
+        spec differs in PYTHONPATH only (a function started it from another instance's code folder)."""
+        live = {status.name for status in self.supervisor.list() if status.state in LIVE}
+        return [spec for spec in specs if spec.name not in live]
 
     # --- health checks and monitor (HealthWatch) ---------------------------------------------------
     def _agent(self, cluster_id: str) -> str:

@@ -81,7 +81,8 @@ class ClusterStep:
 
 @functools.lru_cache(maxsize=16)
 def _opened(url: str, home: str) -> ClusterStore:
-    return open_cluster_store(url or None, {"CRHELPER_HOME": home})
+    # the whole environment: an OSS store takes its credentials and region from it (as in a function)
+    return open_cluster_store(url or None, {**os.environ, "CRHELPER_HOME": home})
 
 
 def cluster_store() -> ClusterStore:

@@ -206,6 +206,21 @@ def test_development_only_library_modules_ship_only_when_shipped_code_imports_th
 
 
 @pytest.mark.slow  # reads and parses the whole library
+def test_a_provider_using_the_supervisor_ships_the_daemon_it_starts_by_module_name() -> None:
+    """The supervisor starts `python -m crhelper.local.supervisor_daemon`: no import statement names
+    it, yet a boot-group package without it cannot start one instance on FC (seen through the
+    deployment template)."""
+    from crhelper.local.supervisor import DAEMON_MODULE
+    from crhelper.packaging.build import library_files
+    from crhelper.packaging.imports import LAUNCHED_MODULES, needed_library
+
+    assert DAEMON_MODULE in LAUNCHED_MODULES["crhelper.local.supervisor"]
+    provider = Path(__file__).resolve().parents[2] / "handlers" / "bootgroups" / "provider.py"
+    shipped = needed_library(library_files(), [("handlers/bootgroups/provider.py", provider)])
+    assert {"crhelper/local/supervisor.py", "crhelper/local/supervisor_daemon.py"} <= set(shipped)
+
+
+@pytest.mark.slow  # reads and parses the whole library
 def test_a_provider_importing_only_crhelper_ships_none_of_its_development_only_parts() -> None:
     """On the real library: what runs on FC must not import the CLI, the emulator, the local endpoints,
     packaging or deploy (each would ride along in every package: 4.9 MB grew to 6.1 MB once)."""
