@@ -152,8 +152,13 @@ class ProviderServices:
         self._handle(continuation_payload(continuation_id))
 
     def _recover_local(self, settings: Settings) -> None:
-        if self._scheduler is not None:
-            self.recover(settings, self._scheduler, limit=50)
+        """The scheduler's periodic pass, over the store this provider has been using: never one
+        `lifecycle()` would open now (with CRHELPER_HOME changed since, that is another provider's
+        store, whose orphans this provider's handlers must not answer)."""
+        with self._lock:
+            scheduler, lifecycle = self._scheduler, self._lifecycle
+        if scheduler is not None and lifecycle is not None:
+            self.recover(settings, scheduler, limit=50, lifecycle=lifecycle)
 
     def for_request(self, settings: Settings, context: object | None, reentry: "Reentry | None" = None) -> Services:
         lifecycle = self.lifecycle(settings)
@@ -174,10 +179,11 @@ class ProviderServices:
         limit: int,
         context: Any = None,
         invoked: float | None = None,
+        lifecycle: "Lifecycle | None" = None,
     ) -> int:
         """Resume operations whose process died, within this invocation's time when it has a deadline
         (each recovered step runs under the same guard as a request); returns how many finished."""
-        lifecycle = self.lifecycle(settings)
+        lifecycle = lifecycle or self.lifecycle(settings)
         if lifecycle is None:
             return 0
         started = invoked if invoked is not None else time.monotonic()
