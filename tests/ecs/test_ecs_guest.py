@@ -52,6 +52,12 @@ def _wait(predicate: Any, timeout: float = 5.0) -> bool:
     return True
 
 
+def _pid(path: Any) -> int:
+    """The pid the listener writes just after it starts listening: wait for it, not only for the port."""
+    assert _wait(lambda: path.is_file() and path.read_text().strip().isdigit()), f"{path} holds no pid"
+    return int(path.read_text())
+
+
 def test_user_data_runs_on_its_own_address_and_dies_with_stop(ecs: LocalECS, m: Any) -> None:
     client = ecs.client()
     first, second = (ecs.add_instance(name, user_data=LISTENER) for name in ("a", "b"))
@@ -61,13 +67,13 @@ def test_user_data_runs_on_its_own_address_and_dies_with_stop(ecs: LocalECS, m: 
     sandbox = ecs.sandbox(first)
     assert (sandbox / "identity").read_text().split() == [first, hosts[0]]
     leader = ecs.boot_pid(first)
-    child = int((sandbox / "listener.pid").read_text())
+    child = _pid(sandbox / "listener.pid")
     assert leader is not None and pid_alive(child)
     client.stop_instances(m.StopInstancesRequest(region_id=REGION, instance_id=[first]))
     assert ecs.wait_for_status(first, "Stopped", 5)
     assert _wait(lambda: not pid_alive(child) and not pid_alive(leader)), "no orphan after Stop"
     assert not _accepts(hosts[0], 18080) and _accepts(hosts[1], 18080)
-    second_child = int((ecs.sandbox(second) / "listener.pid").read_text())
+    second_child = _pid(ecs.sandbox(second) / "listener.pid")
     client.delete_instances(m.DeleteInstancesRequest(region_id=REGION, instance_id=[second], force=True))
     assert _wait(lambda: not pid_alive(second_child)), "no orphan after Delete"
 
@@ -76,8 +82,7 @@ def test_stopping_the_endpoint_kills_every_instance(m: Any) -> None:
     with LocalECS(kill_grace=0.2) as ecs:
         instance_id = ecs.add_instance("a", status="Running", user_data=LISTENER)
         pid_file = ecs.sandbox(instance_id) / "listener.pid"
-        assert _wait(pid_file.exists)
-        child = int(pid_file.read_text())
+        child = _pid(pid_file)
     assert _wait(lambda: not pid_alive(child))
 
 
