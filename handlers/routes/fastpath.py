@@ -22,6 +22,7 @@ import re
 import time
 from itertools import islice
 import random
+import weakref
 from typing import Any, Callable, Protocol
 
 from crhelper.logs import get_logger
@@ -87,6 +88,9 @@ class FastPath:
         self.fallback = fallback
         self.pools: dict[str, list[Upstream]] = {}
         self.clients: set[Client] = set()
+        #: Connections handed over to aiohttp: still this server's transports, so since Python
+        #: 3.12.1 ``wait_closed`` waits for them too; stop aborts them like its own.
+        self.handed: "weakref.WeakSet[asyncio.BaseTransport]" = weakref.WeakSet()
         self.servers: list[asyncio.base_events.Server] = []
 
     async def listen(self, host: str, port: int, reuse_port: bool) -> int:
@@ -102,6 +106,9 @@ class FastPath:
         tasks = [c.task for c in self.clients if c.task is not None and not c.task.done()]
         for client in list(self.clients):
             client.abort()
+        for transport in list(self.handed):
+            if not transport.is_closing():
+                transport.abort()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -484,6 +491,7 @@ class Client(asyncio.Protocol):
         assert self.transport is not None
         self._handed = True
         self.fast.clients.discard(self)
+        self.fast.handed.add(self.transport)
         protocol = self.fast.fallback()
         self.transport.set_protocol(protocol)
         protocol.connection_made(self.transport)

@@ -147,7 +147,8 @@ def test_timeout_is_enforced(emulator: StackEmulator, provider: Provider, events
         "timed out after 1 s without a response from the provider"
     )
     assert "PhysicalResourceId" not in provider.last("Slow", "Delete")
-    assert provider.calls[0][1] == 1.0
+    timeouts = {r["LogicalResourceId"]: call[1] for r, call in zip(provider.requests, provider.calls) if r["RequestType"] == "Create"}
+    assert timeouts == {"Slow": 1.0, "Fast": 60.0}
 
 
 def test_independent_resources_run_concurrently(emulator: StackEmulator, provider: Provider, events: list[StackEvent]) -> None:

@@ -194,3 +194,54 @@ def _load_provider(tmp_path: Path) -> Provider:
     spec.loader.exec_module(module)
     provider: Provider = module.provider
     return provider
+
+
+def test_a_provider_recovers_only_the_store_it_has_been_using(workspace, response_server, monkeypatch):
+    """A provider whose recovery passes started under one CRHELPER_HOME leaves the orphans of a store
+    under another home alone, even once CRHELPER_HOME names that home: its handlers are not that
+    store's, so it would answer another provider's operation with its own code. A provider of that
+    store takes the orphan over."""
+    tmp_path, env = workspace
+    first_home, second_home = tmp_path / "first-home", tmp_path / "second-home"
+    for name in ("CRHELPER_STORE", "FC_FUNCTION_NAME", "FC_FUNC_CODE_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CRHELPER_HOME", str(first_home))
+    monkeypatch.setenv("CRHELPER_REENTRY", "local")
+    monkeypatch.setenv("CRHELPER_STEP_LEASE", "1")  # a recovery pass every second
+    stranger = Provider()
+    answered: list[str] = []
+
+    @stranger.create("Custom::Slow")
+    def create(props, request):
+        answered.append(request.request_id)
+        return Result(physical_id="stranger")
+
+    warm_up = response_server.attach(make_event("Create", "Custom::Slow"))
+    try:
+        stranger.handle(warm_up)  # its local scheduler and its recovery passes run from now on
+        assert answered == [warm_up["RequestId"]]
+        orphan = response_server.attach(make_event("Create", "Custom::Slow"))
+        # The dying provider runs outside FC (its step lease is the 1 s setting), in the second home.
+        child_env = {**{k: v for k, v in env.items() if k != "CRHELPER_STORE"}, "DIE_IN_HANDLER": "exit",
+                     "CRHELPER_HOME": str(second_home), "CRHELPER_STEP_LEASE": "1"}
+        child = subprocess.run(
+            [sys.executable, "-c", "import json, sys; sys.path.insert(0, sys.argv[1]); from slow_provider import provider;"
+             " provider.handle(json.loads(sys.argv[2]))", str(tmp_path), json.dumps(orphan)],
+            env=child_env, capture_output=True, text=True, timeout=20)
+        assert child.returncode == 3 and len(_calls(tmp_path / "calls.txt")) == 1, child.stderr
+        monkeypatch.setenv("CRHELPER_HOME", str(second_home))
+        time.sleep(3.0)  # two or three recovery passes of the stranger
+        assert answered == [warm_up["RequestId"]]
+        assert response_server.responses_for(orphan["RequestId"]) == []
+        for name in ("CRHELPER_REENTRY", "CALLS_FILE"):
+            monkeypatch.setenv(name, env[name])
+        owner = _load_provider(tmp_path)  # the store's own provider, default store under second-home
+        try:
+            assert owner.recover() == 1
+            body = response_server.wait_for(orphan["RequestId"], timeout=5)
+            assert body["Status"] == "SUCCESS" and body["PhysicalResourceId"].startswith("slow-")
+        finally:
+            owner.close()
+    finally:
+        stranger.close()
+    assert len(response_server.responses_for(orphan["RequestId"])) == 1

@@ -30,6 +30,7 @@ def _fast_delivery(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("CRHELPER_BACKOFF_BASE", "0.05")
     monkeypatch.setenv("CRHELPER_BACKOFF_CAP", "0.2")
     http_providers.RELEASE.clear()
+    http_providers.STARTED.clear()
     yield
     http_providers.RELEASE.set()
 

@@ -11,6 +11,8 @@ provider = Provider()
 
 #: Slow handlers wait on this (at most their `Seconds`); tests set it at teardown so no thread lingers.
 RELEASE = threading.Event()
+#: Set by a slow handler once it runs: a test queueing behind it knows the one worker is taken.
+STARTED = threading.Event()
 
 
 @provider.create("Custom::Echo")
@@ -30,6 +32,7 @@ def delete_echo(props: dict[str, Any], request: Request) -> None:
 
 @provider.create("Custom::Slow")
 def create_slow(props: dict[str, Any], request: Request) -> Result:
+    STARTED.set()
     RELEASE.wait(float(props.get("Seconds", 5)))
     return Result(physical_id="slow", data={"Slept": True})
 

@@ -161,6 +161,9 @@ def test_a_request_that_waited_past_its_budget_is_answered_failed_once_and_never
     server = serve(EndpointConfig(workers=1, start_within=0.2))
     slow = response_server.attach(make_event("Create", "Custom::Slow", {"Seconds": 5}))
     assert _post(server.url, slow).status_code == 200
+    # On a loaded machine the one worker may take the slow request later than the 0.2 s budget
+    # (it would then expire instead): queue the late one only once the slow one runs.
+    assert http_providers.STARTED.wait(5)
     late = response_server.attach(make_event("Create", "Custom::Echo", {"Name": "late"}))
     assert _post(server.url, late).status_code == 200
     time.sleep(0.3)
