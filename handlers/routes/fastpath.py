@@ -90,7 +90,7 @@ class FastPath:
         self.clients: set[Client] = set()
         #: Connections handed over to aiohttp: still this server's transports, so since Python
         #: 3.12.1 ``wait_closed`` waits for them too; stop aborts them like its own.
-        self.handed: "weakref.WeakSet[asyncio.BaseTransport]" = weakref.WeakSet()
+        self.handed: "weakref.WeakSet[asyncio.Transport]" = weakref.WeakSet()
         self.servers: list[asyncio.base_events.Server] = []
 
     async def listen(self, host: str, port: int, reuse_port: bool) -> int:
