@@ -4,46 +4,21 @@
 with PYTHONDONTWRITEBYTECODE=1 and the code folder read-only. Like FC: the code folder first on
 sys.path and the working directory, a stdout log handler on the root logger, `index.handler`
 imported and called once with the event as JSON bytes and an FC-shaped context. Stdlib only; this
-file's own folder is taken off sys.path so nothing of the bench is importable.
+file's own folder is taken off sys.path (once the stand-in context is imported from `_child`) so
+nothing else of the bench is importable.
 """
 
 import sys
 import time
 
 STARTED = time.perf_counter()
+from _child import FcContext, peak_rss_kib  # noqa: E402 - the one stand-in context (stdlib only)
+
 del sys.path[0]  # the bench folder
 
 import json  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
-
-
-class _FcFunction:
-    def __init__(self, timeout_s: float) -> None:
-        self.name = "greeting"
-        self.handler = "index.handler"
-        self.memory = 128
-        self.timeout = timeout_s
-
-
-class FcContext:
-    """The attributes of FC's Python context object that providers read."""
-
-    def __init__(self, request_id: str, timeout_s: float) -> None:
-        self.request_id = request_id
-        self.function = _FcFunction(timeout_s)
-        self.region = "cn-hangzhou"
-        self.account_id = "123456789"
-        self.credentials = None
-        self.service = None
-
-
-def peak_rss_kib() -> int:
-    with open("/proc/self/status", encoding="ascii") as stream:
-        for line in stream:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    return -1
 
 
 def main(spec_path: str, result_path: str) -> int:

@@ -42,6 +42,24 @@ def required_python() -> Callable[[str], str]:
     return find
 
 
+WHEELHOUSE_ENV = "CRHELPER_WHEELHOUSE_PY312"
+
+
+@pytest.fixture
+def wheelhouse() -> Path:
+    """The folder of cp312 wheels `.ci/run` downloads (`$CRHELPER_WHEELHOUSE_PY312`): packages for
+    python3.12 are built from it offline. Skips without one; fails under CI=true."""
+    import os
+
+    folder = os.environ.get(WHEELHOUSE_ENV, "")
+    if not folder or not any(Path(folder).glob("pydantic_core-*cp312*.whl")):
+        message = f"{WHEELHOUSE_ENV} names no folder of cp312 wheels (.ci/run downloads one)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{message} and CI=true")
+        pytest.skip(message)
+    return Path(folder)
+
+
 @pytest.fixture
 def response_server(request: pytest.FixtureRequest) -> Iterator[ResponseServer]:
     """A real HTTP ResponseURL server; any protocol violation it saw fails the test at teardown,
@@ -71,6 +89,20 @@ def providers() -> Iterator[Callable[..., Provider]]:
 def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep every test's persisted state out of the user's ~/.crhelper."""
     monkeypatch.setenv("CRHELPER_HOME", str(tmp_path_factory.mktemp("crhelper-home")))
+
+
+@pytest.fixture
+def stack_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A CRHELPER_HOME of the test's own for stack runs (tests/stack, tests/ros, the emulator's
+    fault tests): provider responses retry quickly, providers log quietly, no router settings of
+    the machine's user leak in."""
+    monkeypatch.setenv("CRHELPER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CRHELPER_BACKOFF_BASE", "0.02")
+    monkeypatch.setenv("CRHELPER_BACKOFF_CAP", "0.1")
+    monkeypatch.setenv("CRHELPER_LOG_LEVEL", "WARNING")
+    monkeypatch.delenv("CRHELPER_ROUTER_BACKEND", raising=False)
+    monkeypatch.delenv("CRHELPER_ROUTER_DB", raising=False)
+    return tmp_path / "home"
 
 
 @pytest.fixture(autouse=True)

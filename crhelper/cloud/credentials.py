@@ -8,8 +8,9 @@ context wins (it is refreshed per invocation), then the environment.
 from __future__ import annotations
 
 import os
+import secrets
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from ..errors import ExplainedError
 
@@ -50,6 +51,34 @@ class Credentials:
             return None
         token = getattr(given, "security_token", None) or getattr(given, "securityToken", None) or ""
         return cls(str(key_id), str(secret), str(token))
+
+
+class AcceptedKeys:
+    """Mixin of the local cloud endpoints (ROS, ECS, Function Compute): the access keys a caller may
+    sign with, and the first of them, which the endpoint's own clients and tests use.
+
+    `access_keys` maps AccessKey IDs to secrets, `credentials` adds whole keys (an STS one with its
+    token); with neither, one pair is generated, as a fresh endpoint needs no configuration."""
+
+    _keys: dict[str, Credentials]
+    _primary: Credentials
+
+    def _accept_keys(self, access_keys: Mapping[str, str] | None, credentials: Sequence[Credentials] = ()) -> None:
+        if access_keys is None and not credentials:
+            access_keys = {"LTAI" + secrets.token_hex(8): secrets.token_urlsafe(24)}
+        self._keys = {ak: Credentials(ak, secret) for ak, secret in (access_keys or {}).items()}
+        self._keys.update({c.access_key_id: c for c in credentials})
+        if not self._keys:
+            raise ValueError("access_keys must hold at least one AccessKey ID -> secret pair")
+        self._primary = next(iter(self._keys.values()))
+
+    @property
+    def access_key_id(self) -> str:
+        return self._primary.access_key_id
+
+    @property
+    def access_key_secret(self) -> str:
+        return self._primary.access_key_secret
 
 
 def resolve(context: object | None = None, env: Mapping[str, str] | None = None) -> Credentials | None:

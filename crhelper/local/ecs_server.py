@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import base64
 import os
-import secrets
 import sys
 import threading
 import time
@@ -33,7 +32,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Callable, Mapping, Sequence
 
-from crhelper.cloud.credentials import Credentials, missing_hint
+from crhelper.cloud.credentials import AcceptedKeys, Credentials, missing_hint
 from crhelper.cloud.signing.alibaba import MAX_CLOCK_SKEW_SECONDS
 from crhelper.cloud.signing.core import WireRequest
 from crhelper.cloud.signing.replay import nonce_cache
@@ -116,7 +115,7 @@ class _Clockwork:
             self._wake.clear()
 
 
-class LocalECS:
+class LocalECS(AcceptedKeys):
     """ECS on 127.0.0.1 for one account and region; `start()`/`stop()` or `with`.
 
     `access_keys` maps AccessKey IDs to secrets callers may sign with (one pair is generated when
@@ -129,12 +128,7 @@ class LocalECS:
                  sandbox_root: str | os.PathLike[str] | None = None, kill_grace: float = 1.0,
                  capacity: int = 10_000, refuse_replays: bool = True,
                  max_clock_skew: float = MAX_CLOCK_SKEW_SECONDS, clock: Callable[[], float] = time.time) -> None:
-        if access_keys is None:
-            access_keys = {"LTAI" + secrets.token_hex(8): secrets.token_urlsafe(24)}
-        if not access_keys:
-            raise ValueError("access_keys must hold at least one AccessKey ID -> secret pair")
-        self._keys = {ak: Credentials(ak, secret) for ak, secret in access_keys.items()}
-        self._primary = next(iter(self._keys.values()))
+        self._accept_keys(access_keys)
         self._address = (host, port)
         self.fleet = Fleet(region_id=region, zone_id=zone, timings=timings, clock=clock, capacity=capacity)
         self.guest = GuestHost(sandbox_root, kill_grace=kill_grace)
@@ -155,14 +149,6 @@ class LocalECS:
     @property
     def region(self) -> str:
         return self.fleet.region_id
-
-    @property
-    def access_key_id(self) -> str:
-        return self._primary.access_key_id
-
-    @property
-    def access_key_secret(self) -> str:
-        return self._primary.access_key_secret
 
     @property
     def endpoint(self) -> str:

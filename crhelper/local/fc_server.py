@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import Any, Mapping, Sequence
 from urllib.parse import urlsplit
 
-from crhelper.cloud.credentials import Credentials, missing_hint
+from crhelper.cloud.credentials import AcceptedKeys, Credentials, missing_hint
 from crhelper.local.fc_api import AsyncSettings, FcApi
 from crhelper.local.fc_auth import MAX_CLOCK_SKEW_SECONDS, AccessKey
 from crhelper.local.fc_code import CodeLimits, CodeStore, oss_reader, remove_tree
@@ -100,7 +100,7 @@ class _FcRequestHandler(ApiRequestHandler):
         _log.debug("%s %s", self.command, urlsplit(self.path).path)
 
 
-class LocalFunctionCompute:
+class LocalFunctionCompute(AcceptedKeys):
     """FC 2.0 and 3.0 endpoint on 127.0.0.1 running Python handlers in worker processes.
 
     `access_keys` maps AccessKey IDs to secrets accepted from callers (one pair is generated when
@@ -119,12 +119,7 @@ class LocalFunctionCompute:
                  on_output: OutputCallback | None = None,
                  state_dir: str | os.PathLike[str] | None = None, oss_url: str | None = None,
                  code_limits: CodeLimits = CodeLimits()) -> None:
-        if access_keys is None:
-            access_keys = {"LTAI" + secrets.token_hex(8): secrets.token_urlsafe(24)}
-        if not access_keys:
-            raise ValueError("access_keys must hold at least one AccessKey ID -> secret pair")
-        self._keys = {ak: AccessKey(ak, secret) for ak, secret in access_keys.items()}
-        self._primary = next(iter(self._keys.values()))
+        self._accept_keys(access_keys)
         self.role_credentials = AccessKey("STS." + secrets.token_hex(10),
                                           secrets.token_urlsafe(24), secrets.token_urlsafe(48))
         self._keys[self.role_credentials.access_key_id] = self.role_credentials
@@ -144,14 +139,6 @@ class LocalFunctionCompute:
         self._server: _FcHttpServer | None = None
         self._api: FcApi | None = None
         self._serving: ServerThread | None = None
-
-    @property
-    def access_key_id(self) -> str:
-        return self._primary.access_key_id
-
-    @property
-    def access_key_secret(self) -> str:
-        return self._primary.access_key_secret
 
     @property
     def endpoint(self) -> str:

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qs
 
-from crhelper.cloud.credentials import Credentials
+from crhelper.cloud.credentials import AcceptedKeys, Credentials
 from crhelper.cloud.signing.alibaba import MAX_CLOCK_SKEW_SECONDS
 from crhelper.cloud.signing.core import Headers, WireRequest
 from crhelper.cloud.signing.replay import nonce_cache
@@ -101,7 +101,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-class LocalRos:
+class LocalRos(AcceptedKeys):
     """The local ROS endpoint: `start()`/`stop()` or `with`. See the module docstring.
 
     `access_keys` maps AccessKey IDs to secrets callers sign with, `credentials` adds keys (an STS
@@ -112,13 +112,7 @@ class LocalRos:
                  bindings: str | os.PathLike[str] | Bindings | None = None, stacks: LocalStacks | None = None,
                  credentials: Sequence[Credentials] = (), capture_output: bool = False, refuse_replays: bool = True,
                  max_clock_skew: float = MAX_CLOCK_SKEW_SECONDS, console: bool | None = None) -> None:
-        if access_keys is None and not credentials:
-            access_keys = {"LTAI" + secrets.token_hex(8): secrets.token_urlsafe(24)}
-        self._keys = {ak: Credentials(ak, secret) for ak, secret in (access_keys or {}).items()}
-        self._keys.update({c.access_key_id: c for c in credentials})
-        if not self._keys:
-            raise ValueError("access_keys must hold at least one AccessKey ID -> secret pair")
-        self._primary = next(iter(self._keys.values()))
+        self._accept_keys(access_keys, credentials)
         self._address = (host, port)
         self._owns_stacks = stacks is None
         self.stacks = stacks if stacks is not None else LocalStacks(home, region, bindings, capture_output=capture_output)
@@ -133,14 +127,6 @@ class LocalRos:
     @property
     def region(self) -> str:
         return self.stacks.region
-
-    @property
-    def access_key_id(self) -> str:
-        return self._primary.access_key_id
-
-    @property
-    def access_key_secret(self) -> str:
-        return self._primary.access_key_secret
 
     @property
     def endpoint(self) -> str:

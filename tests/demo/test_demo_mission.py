@@ -9,13 +9,12 @@ $CRHELPER_HOME (conftest), its own 127.x.y.* addresses and its own domain."""
 
 from __future__ import annotations
 
-import http.client
+import functools
 import importlib.util
 import json
 import os
 import random
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,10 @@ from typing import Any
 import pytest
 import yaml
 
+from cli_support import crhelper_json
 from crhelper.manifest import installed_manifests
 from crhelper.testing import wait_until
+from demo_support import get, processes_with
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "templates" / "mission.yaml"
@@ -32,6 +33,7 @@ BINDINGS = REPO / "templates" / "mission.bindings.yaml"
 #: Fast process stops and a supervisor daemon that leaves as soon as it owns nothing, so that
 #: "nothing left" can include the daemon itself.
 FAST = {"CRHELPER_SUPERVISOR_GRACE": "2", "CRHELPER_SUPERVISOR_LINGER": "1"}
+crhelper = functools.partial(crhelper_json, env=FAST, timeout=150)
 
 
 def default_token(template: dict[str, Any], resource: dict[str, Any]) -> str:
@@ -51,43 +53,6 @@ def test_every_token_of_the_mission_is_bound_to_a_built_in_provider_serving_its_
         assert resource["Type"] in manifest.resource_types, (name, resource["Type"], manifest.name)
     for server in ("db.py", "app.py", "web.py", "tier.py"):
         compile((REPO / "samples" / "mission" / server).read_text(), server, "exec")
-
-
-def processes_with(marker: str) -> dict[int, str]:
-    """pid -> command line of every process whose environment holds `marker` (NAME=value)."""
-    found: dict[int, str] = {}
-    needle = marker.encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-            if needle in environ:
-                found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-    return found
-
-
-def crhelper(*args: str, timeout: float = 150) -> dict[str, Any]:
-    """`crhelper ARGS --json` in a fresh process, as a user runs it; its one JSON document."""
-    done = subprocess.run([sys.executable, "-m", "crhelper.cli.main", *args, "--json"], cwd=REPO,
-                          env={**os.environ, **FAST}, capture_output=True, text=True, timeout=timeout)
-    try:
-        return dict(json.loads(done.stdout))
-    except ValueError:
-        raise AssertionError(f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}") from None
-
-
-def get(address: str, domain: str, path: str) -> tuple[int, dict[str, str], bytes]:
-    host, _, port = address.rpartition(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=10)
-    try:
-        connection.request("GET", path, headers={"Host": domain})
-        answer = connection.getresponse()
-        return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
-    finally:
-        connection.close()
 
 
 @pytest.fixture

@@ -13,12 +13,10 @@ from the wheelhouse `.ci/run` downloads (`CRHELPER_WHEELHOUSE_PY312`)."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import random
 import socket
-import subprocess
 import sys
 import urllib.request
 from pathlib import Path
@@ -26,64 +24,18 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from cli_support import crhelper_json as crhelper
 from crhelper.emulator.cloud_local_oss import oss_root
 from crhelper.local.supervisor import LIVE, SupervisorClient
+from demo_support import get, processes_with
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = REPO / "templates"
-WHEELHOUSE_ENV = "CRHELPER_WHEELHOUSE_PY312"
-
-
-@pytest.fixture
-def wheelhouse() -> Path:
-    folder = os.environ.get(WHEELHOUSE_ENV, "")
-    if not folder or not any(Path(folder).glob("pydantic_core-*cp312*.whl")):
-        message = f"{WHEELHOUSE_ENV} names no folder of cp312 wheels (.ci/run downloads one)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{message} and CI=true")
-        pytest.skip(message)
-    return Path(folder)
-
-
-def crhelper(*args: str, timeout: float = 240) -> dict[str, Any]:
-    """`crhelper ARGS --json` in a fresh process, as a user runs it; its one JSON document."""
-    done = subprocess.run([sys.executable, "-m", "crhelper.cli.main", *args, "--json"], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
-    try:
-        return dict(json.loads(done.stdout))
-    except ValueError:
-        raise AssertionError(f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}") from None
 
 
 def outputs_of(answer: dict[str, Any]) -> dict[str, Any]:
     assert answer["Stack"]["status"] == "CREATE_COMPLETE", json.dumps(answer)[-3000:]
     return {o["key"]: o["value"] for o in answer["Stack"]["outputs"]}
-
-
-def processes_with(marker: str) -> dict[int, str]:
-    """pid -> command line of every process whose environment holds `marker` (NAME=value)."""
-    found: dict[int, str] = {}
-    needle = marker.encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-    return found
-
-
-def get(address: str, domain: str, path: str) -> tuple[int, dict[str, str], bytes]:
-    host, _, port = address.rpartition(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=10)
-    try:
-        connection.request("GET", path, headers={"Host": domain})
-        answer = connection.getresponse()
-        return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
-    finally:
-        connection.close()
 
 
 def answers_ok(host: str, port: int) -> bool:

@@ -6,7 +6,7 @@ import io
 import json
 import zipfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -36,14 +36,6 @@ def package(tmp_path: Path, marker: str = "") -> Path:
 def fc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFunctionCompute]:
     with LocalFunctionCompute(state_dir=tmp_path_factory.mktemp("fc-state")) as server:
         yield server
-
-
-@pytest.fixture()
-def keys(fc: LocalFunctionCompute, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("HOME", str(tmp_path))  # no profile file of the machine's user
-    monkeypatch.delenv("ALIBABA_CLOUD_PROFILE", raising=False)
-    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", fc.access_key_id)
-    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", fc.access_key_secret)
 
 
 def deploy(fc: LocalFunctionCompute, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
@@ -139,28 +131,14 @@ def test_fc2_deploy_creates_the_service_and_function_and_is_idempotent(
 
 
 def test_both_service_token_forms_reach_their_functions(fc: LocalFunctionCompute, keys: None,
-                                                         capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    from crhelper.servicetoken import FcFunctionToken, parse_service_token
-    from crhelper.testing import ResponseServer, make_event
-
+                                                         capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                         invoke_reaches: Callable[[Any, str, str], None]) -> None:
     zip_path = str(package(tmp_path))
     tokens = [deploy(fc, capsys, "--zip", zip_path, "--function", "token3", "--timer", "none")[1]["service_token"],
               deploy(fc, capsys, "--zip", zip_path, "--fc-version", "2", "--service", "tokens", "--function", "token2",
                      "--account-id", fc.account_id, "--timer", "none")[1]["service_token"]]
-    with ResponseServer() as responses:
-        for token, name in zip(tokens, ("three", "two")):
-            parsed = parse_service_token(token)
-            assert isinstance(parsed, FcFunctionToken)
-            event = responses.attach(make_event("Create", "Custom::Hello", {"ServiceToken": token, "Name": name}))
-            payload = json.dumps(event).encode()
-            if parsed.service is None:
-                from alibabacloud_fc20230330 import models
-
-                fc.client3().invoke_function(parsed.function, models.InvokeFunctionRequest(body=payload))
-            else:
-                fc.client().invoke_function(parsed.service, parsed.function, payload=payload)
-            answer = responses.wait_for(event["RequestId"])
-            assert (answer["Status"], answer["Data"]) == ("SUCCESS", {"Text": f"hi {name}"}), answer
+    for token, name in zip(tokens, ("three", "two")):
+        invoke_reaches(fc, token, name)
 
 
 def test_a_profile_file_gives_the_credentials_and_a_wrong_key_says_what_to_do(

@@ -8,7 +8,7 @@ import io
 import json
 import zipfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -67,14 +67,6 @@ def fc(oss: tuple[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterat
         yield server
 
 
-@pytest.fixture()
-def keys(fc: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv("ALIBABA_CLOUD_PROFILE", raising=False)
-    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", fc.access_key_id)
-    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", fc.access_key_secret)
-
-
 def deploy(fc: Any, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
     capsys.readouterr()
     code = main(["deploy", SPEC, "--endpoint", fc.endpoint.removeprefix("http://"), "--region", fc.region,
@@ -92,28 +84,10 @@ def objects(raw: Any, prefix: str) -> dict[str, bytes]:
     return {o["Key"]: raw.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read() for o in listed}
 
 
-def invoke_reaches(fc: Any, token: str, name: str) -> None:
-    from crhelper.servicetoken import FcFunctionToken, parse_service_token
-    from crhelper.testing import ResponseServer, make_event
-
-    parsed = parse_service_token(token)
-    assert isinstance(parsed, FcFunctionToken)
-    with ResponseServer() as responses:
-        event = responses.attach(make_event("Create", "Custom::Hello", {"ServiceToken": token, "Name": name}))
-        payload = json.dumps(event).encode()
-        if parsed.service is None:
-            from alibabacloud_fc20230330 import models
-
-            fc.client3().invoke_function(parsed.function, models.InvokeFunctionRequest(body=payload))
-        else:
-            fc.client().invoke_function(parsed.service, parsed.function, payload=payload)
-        answer = responses.wait_for(event["RequestId"])
-    assert (answer["Status"], answer["Data"]) == ("SUCCESS", {"Text": f"hi {name}"}), answer
-
-
 @pytest.mark.slow
 def test_fc3_code_goes_through_oss_once_per_checksum_and_the_function_runs_it(
-        fc: Any, oss: tuple[str, Any], keys: None, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+        fc: Any, oss: tuple[str, Any], keys: None, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        invoke_reaches: Callable[[Any, str, str], None]) -> None:
     from alibabacloud_fc20230330 import models
 
     endpoint, raw = oss
@@ -151,7 +125,8 @@ def test_fc3_code_goes_through_oss_once_per_checksum_and_the_function_runs_it(
 
 @pytest.mark.slow
 def test_fc2_function_is_created_and_updated_from_the_oss_object(
-        fc: Any, oss: tuple[str, Any], keys: None, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+        fc: Any, oss: tuple[str, Any], keys: None, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        invoke_reaches: Callable[[Any, str, str], None]) -> None:
     endpoint, raw = oss
     where = f"s3://{BUCKET}/fc2?endpoint={endpoint}&addressing=path&region={REGION}"
     args = ("--fc-version", "2", "--service", "big", "--function", "big2", "--account-id", fc.account_id,

@@ -102,14 +102,6 @@ def relay(fc: Any, actions: dict[str, Callable[[], None]],
         server.server_close()
 
 
-@pytest.fixture()
-def keys(fc: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv("ALIBABA_CLOUD_PROFILE", raising=False)
-    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", fc.access_key_id)
-    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", fc.access_key_secret)
-
-
 def deploy(endpoint: str, fc: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path, *args: str) -> tuple[int, Any]:
     zip_path = tmp_path / "code.zip"
     zip_path.write_bytes(zip_bytes())

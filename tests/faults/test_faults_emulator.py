@@ -54,13 +54,8 @@ def delete(props: dict, request: Request) -> None:
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Own state directory, fast response retries, quiet providers (like tests/stack)."""
-    monkeypatch.setenv("CRHELPER_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("CRHELPER_BACKOFF_BASE", "0.02")
-    monkeypatch.setenv("CRHELPER_BACKOFF_CAP", "0.1")
-    monkeypatch.setenv("CRHELPER_LOG_LEVEL", "WARNING")
-    return tmp_path / "home"
+def home(stack_home: Path) -> Path:
+    return stack_home
 
 
 @pytest.fixture

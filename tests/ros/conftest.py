@@ -13,13 +13,9 @@ from ros_support import PROVIDERS, TOKEN
 
 
 @pytest.fixture(autouse=True)
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def home(stack_home: Path) -> Path:
     """Every test gets its own CRHELPER_HOME; provider responses retry quickly and log quietly."""
-    monkeypatch.setenv("CRHELPER_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("CRHELPER_BACKOFF_BASE", "0.02")
-    monkeypatch.setenv("CRHELPER_BACKOFF_CAP", "0.1")
-    monkeypatch.setenv("CRHELPER_LOG_LEVEL", "WARNING")
-    return tmp_path / "home"
+    return stack_home
 
 
 @pytest.fixture

@@ -9,40 +9,21 @@ downloads beforehand (`CRHELPER_WHEELHOUSE_PY312`)."""
 
 from __future__ import annotations
 
-import json
-import os
+import functools
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import pytest
 
+from cli_support import crhelper_json
 from crhelper.emulator.cloud_local_oss import oss_root
 
 pytestmark = pytest.mark.slow
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
-WHEELHOUSE_ENV = "CRHELPER_WHEELHOUSE_PY312"
-
-
-@pytest.fixture
-def wheelhouse() -> Path:
-    folder = os.environ.get(WHEELHOUSE_ENV, "")
-    if not folder or not any(Path(folder).glob("pydantic_core-*cp312*.whl")):
-        message = f"{WHEELHOUSE_ENV} names no folder of cp312 wheels (.ci/run downloads one)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{message} and CI=true")
-        pytest.skip(message)
-    return Path(folder)
-
-
-def crhelper(*args: str, timeout: float = 300) -> dict[str, Any]:
-    """`crhelper ... --json` as a real process (CRHELPER_HOME is this test's)."""
-    done = subprocess.run([sys.executable, "-m", "crhelper.cli.main", *args, "--json"], capture_output=True,
-                          text=True, timeout=timeout)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return dict(json.loads(done.stdout))
+crhelper = functools.partial(crhelper_json, timeout=300)
 
 
 def test_the_fc3_deploy_template_runs_the_real_package_under_python312(
