@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import yaml
@@ -69,6 +70,24 @@ def expanded_values(text: str) -> int:
         return 0
 
 
+#: How deep `[` and `{` may nest in a YAML template. PyYAML's composer gives up near 330 levels
+#: anyway, but its scanner reads ahead over every unclosed flow collection, quadratically: 100,000
+#: `[` took seconds of CPU before failing. Counted without regard to quoting, so the bound is loose.
+MAX_FLOW_DEPTH = 1000
+
+
+def flow_depth(text: str) -> int:
+    """The deepest nesting of `[`/`{` in `text` (quotes not considered: an upper bound)."""
+    depth = deepest = 0
+    for char in re.sub(r"[^\[\]{}]+", "", text):
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif depth:
+            depth -= 1
+    return deepest
+
+
 def parse_document(text: str) -> Any:
     """Parse template text; raises ValueError naming the line of a syntax error."""
     stripped = text.lstrip()
@@ -77,6 +96,8 @@ def parse_document(text: str) -> Any:
             return json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"template is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    if flow_depth(text) > MAX_FLOW_DEPTH:
+        raise ValueError(f"template is nested too deeply to be read (more than {MAX_FLOW_DEPTH} levels of [ and {{)")
     if "&" in text and "*" in text:
         count = expanded_values(text)
         if count > MAX_TEMPLATE_VALUES:

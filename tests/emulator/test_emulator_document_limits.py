@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from crhelper.emulator.document import MAX_TEMPLATE_VALUES, expanded_values, parse_document
+from crhelper.emulator.document import MAX_FLOW_DEPTH, MAX_TEMPLATE_VALUES, expanded_values, parse_document
 from crhelper.emulator.template import TemplateValidationError, load_template
 
 
@@ -29,3 +29,17 @@ def test_ordinary_anchors_still_load_and_are_counted_once_per_node() -> None:
     text = laughs(2)  # 9**3 values: well under the limit
     assert 9 ** 3 < expanded_values(text) < MAX_TEMPLATE_VALUES
     assert parse_document(text)["Metadata"]["c"][0][0] == ["x"] * 9
+
+
+def test_deep_flow_nesting_is_refused_before_the_yaml_scanner_reads_ahead_over_it() -> None:
+    """PyYAML's scanner is quadratic in unclosed `[` (100,000 took 1.4-5.5 s of CPU before failing)."""
+    started = time.process_time()
+    with pytest.raises(TemplateValidationError) as refused:
+        load_template("Resources: " + "[" * 100_000)
+    assert time.process_time() - started < 0.5
+    assert f"nested too deeply to be read (more than {MAX_FLOW_DEPTH} levels" in str(refused.value)
+    nested = parse_document("A: " + "[" * 200 + "]" * 200)["A"]  # deep, but as deep as PyYAML reads
+    for _ in range(199):
+        (nested,) = nested
+    assert nested == []
+    assert parse_document('A: "[[[ quoted ]]]"\nB: [1, {c: [2]}]') == {"A": "[[[ quoted ]]]", "B": [1, {"c": [2]}]}
