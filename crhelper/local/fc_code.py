@@ -18,11 +18,13 @@ import os
 import shutil
 import stat
 import threading
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
+from crhelper import paths
 from crhelper.local.fc_protocol import FcApiError
 from crhelper.packaging.checksums import crc64
 
@@ -35,6 +37,50 @@ _CHUNK = 1024 * 1024
 def code_checksum(data: bytes) -> str:
     """FC 3.0's `codeChecksum` of a zip: its CRC-64 (the one home: `crhelper.packaging.checksums`) in decimal."""
     return str(crc64(data))
+
+
+#: Zips at least this large are remembered by their SHA-256 (`code_cache`): their CRC-64 and their
+#: unpacked tree. Smaller ones take milliseconds and are summed and unpacked each time.
+CACHED_ZIP_BYTES = 1024 * 1024
+#: How many unpacked packages `code_cache` keeps (the least recently used go first).
+CACHED_PACKAGES = 2
+#: A half-unpacked or half-removed tree older than this was left by a run that was killed.
+STALE_CACHE_SECONDS = 3600.0
+_CHECKSUMS: dict[str, str] = {}
+_CHECKSUMS_LOCK = threading.Lock()
+
+
+def code_cache() -> Path:
+    """`$CRHELPER_HOME/fc-local/code-cache`: big code packages by SHA-256, `<sha256>/` unpacked
+    (read-only) and `<sha256>.crc64`. Every `crhelper stack` run starts its own endpoint and deploys
+    the same package, often as several functions; unpacking 35 MB and its pure-Python CRC-64 cost
+    seconds each time, a SHA-256 (in C) and hard links a fraction of one."""
+    return paths.state_dir("fc-local") / "code-cache"
+
+
+def remembered_checksum(data: bytes, sha256: str) -> str:
+    """`code_checksum(data)`, remembered by the zip's SHA-256 in this process and in `code_cache()`.
+    An unreadable or malformed entry is summed again."""
+    if len(data) < CACHED_ZIP_BYTES:
+        return code_checksum(data)
+    with _CHECKSUMS_LOCK:
+        known = _CHECKSUMS.get(sha256)
+    if known is not None:
+        return known
+    entry = code_cache() / f"{sha256}.crc64"
+    try:
+        known = entry.read_text().strip()
+    except OSError:
+        known = None
+    if not known or not known.isdigit():
+        known = code_checksum(data)
+        try:
+            paths.write_atomically(entry, known.encode(), 0o644)
+        except OSError:  # a read-only home: remembered in this process only
+            pass
+    with _CHECKSUMS_LOCK:
+        _CHECKSUMS[sha256] = known
+    return known
 
 
 @dataclass(frozen=True)
@@ -144,6 +190,59 @@ def remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def _link_cached(data: bytes, sha256: str, dest: Path, limits: CodeLimits) -> bool:
+    """Make `dest` the zip's tree from `code_cache()` (unpacked there first when missing) by hard
+    links: read-only files, so removing either tree leaves the other whole. False when the zip is
+    small, the limits are not the default ones the cache was unpacked under, or linking fails
+    (another file system, a cache removed meanwhile): the caller unpacks. UnsafeArchive as `unpack`."""
+    if len(data) < CACHED_ZIP_BYTES or (limits.max_unpacked, limits.max_files) != (
+            CodeLimits.max_unpacked, CodeLimits.max_files):
+        return False
+    if len(data) > limits.max_zip:
+        raise UnsafeArchive(f"the zip is {len(data)} bytes; at most {limits.max_zip}")
+    cache = code_cache()
+    tree = cache / sha256
+    try:
+        if not tree.is_dir():
+            partial = cache / f".{sha256}.{os.getpid()}-{os.urandom(4).hex()}.partial"
+            unpack(data, partial, limits)
+            try:
+                os.rename(partial, tree)
+            except OSError:  # another run unpacked it meanwhile
+                remove_tree(partial)
+            _evict(cache, keep=tree)
+        os.utime(tree, follow_symlinks=False)  # most recently used
+        shutil.copytree(tree, dest, copy_function=os.link)
+        return True
+    except (OSError, shutil.Error):
+        remove_tree(dest)
+        return False
+
+
+def _evict(cache: Path, keep: Path) -> None:
+    """Remove all but the CACHED_PACKAGES most recently used trees (and their CRC-64s); what
+    another run removes meanwhile is skipped."""
+    def used(path: Path) -> float:
+        try:
+            return path.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    trees = sorted((p for p in cache.iterdir() if p.is_dir() and not p.name.startswith(".") and p != keep),
+                   key=used, reverse=True)
+    for old in trees[max(CACHED_PACKAGES - 1, 0):]:
+        gone = cache / f".{old.name}.{os.getpid()}-{os.urandom(4).hex()}.evicted"
+        try:  # renamed first: a run linking from it meanwhile fails and unpacks, never links half a tree
+            os.rename(old, gone)
+            (cache / f"{old.name}.crc64").unlink(missing_ok=True)
+        except OSError:
+            continue
+        remove_tree(gone)
+    for left in cache.glob(".*"):  # what a run killed while unpacking or evicting left behind
+        if left.is_dir() and time.time() - used(left) > STALE_CACHE_SECONDS:
+            remove_tree(left)
+
+
 @dataclass(frozen=True)
 class DeployedCode:
     """One unpacked version: where it is and what FC reports about it."""
@@ -168,11 +267,13 @@ class CodeStore:
                 limits: CodeLimits | None = None) -> DeployedCode:
         """Unpack `data` as the function's new code; 400 naming `field` when the zip is refused."""
         limits = limits or self._limits
-        digest = hashlib.sha256(data).hexdigest()[:16]
+        sha256 = hashlib.sha256(data).hexdigest()
+        digest = sha256[:16]
         folder = self._root / (f"{service}${function}" if service else function)
         dest = folder / f"{digest}-{os.urandom(4).hex()}"
         try:
-            unpack(data, dest, limits)
+            if not _link_cached(data, sha256, dest, limits):
+                unpack(data, dest, limits)
         except UnsafeArchive as exc:
             raise FcApiError(400, "InvalidArgument", f"{field}: {exc}") from None
         with self._lock:
@@ -180,7 +281,7 @@ class CodeStore:
             self._current[(service, function)] = dest
         if previous is not None:
             remove_tree(previous)
-        return DeployedCode(str(dest), code_checksum(data), len(data))
+        return DeployedCode(str(dest), remembered_checksum(data, sha256), len(data))
 
     def remove(self, service: str, function: str) -> None:
         with self._lock:

@@ -25,7 +25,7 @@ import yaml
 from cli_support import crhelper_json
 from crhelper.manifest import installed_manifests
 from crhelper.testing import wait_until
-from demo_support import get, processes_with
+from demo_support import get, processes_with, timed
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "templates" / "mission.yaml"
@@ -33,7 +33,7 @@ BINDINGS = REPO / "templates" / "mission.bindings.yaml"
 #: Fast process stops and a supervisor daemon that leaves as soon as it owns nothing, so that
 #: "nothing left" can include the daemon itself.
 FAST = {"CRHELPER_SUPERVISOR_GRACE": "2", "CRHELPER_SUPERVISOR_LINGER": "1"}
-crhelper = functools.partial(crhelper_json, env=FAST, timeout=150)
+crhelper = timed(functools.partial(crhelper_json, env=FAST, timeout=150))
 
 
 def default_token(template: dict[str, Any], resource: dict[str, Any]) -> str:

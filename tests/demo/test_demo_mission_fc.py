@@ -13,6 +13,7 @@ from the wheelhouse `.ci/run` downloads (`CRHELPER_WHEELHOUSE_PY312`)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -24,13 +25,14 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from cli_support import crhelper_json as crhelper
+from cli_support import crhelper_json
 from crhelper.emulator.cloud_local_oss import oss_root
 from crhelper.local.supervisor import LIVE, SupervisorClient
-from demo_support import get, processes_with
+from demo_support import at_once, get, processes_with, timed
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = REPO / "templates"
+crhelper = timed(crhelper_json)
 
 
 def outputs_of(answer: dict[str, Any]) -> dict[str, Any]:
@@ -104,20 +106,22 @@ def test_the_mission_runs_through_the_fc3_deploy_templates_tokens_with_no_bindin
     assert processes_with(f"APPCENTER_CLUSTER_CLUSTER_ID={outputs['ClusterId']}") == {}
     assert [s.name for s in SupervisorClient().list() if s.state in LIVE] == []  # the daemon owns nothing
 
-    # the boot-group and AppCenter examples (issue 15) through the same tokens, sharing the package and providers
+    # the boot-group and AppCenter examples (issue 15) through the same tokens, sharing the package and
+    # providers; the two stacks are independent, so each pair of commands runs at once
     prefix = f"127.{random.randint(1, 254)}.{random.randint(1, 254)}"
-    tiers = outputs_of(crhelper("stack", "create", str(TEMPLATES / "examples" / "bootgroups.yaml"), "--stack", "tiers",
-                                "-p", f"ServiceToken={tokens['BootGroupsServiceToken']}",
-                                "-p", f"Python={sys.executable}", "-p", f"HostPrefix={prefix}"))
+    tiers, app = map(outputs_of, at_once(
+        lambda: crhelper("stack", "create", str(TEMPLATES / "examples" / "bootgroups.yaml"), "--stack", "tiers",
+                         "-p", f"ServiceToken={tokens['BootGroupsServiceToken']}",
+                         "-p", f"Python={sys.executable}", "-p", f"HostPrefix={prefix}"),
+        lambda: crhelper("stack", "create", str(TEMPLATES / "examples" / "appcenter.yaml"), "--stack", "app",
+                         "-p", f"ServiceToken={tokens['AppCenterServiceToken']}",
+                         "-p", f"Package={REPO / 'samples' / 'appcenter-demo'}", "-p", "Greeting=hi fc")))
     assert [tier["Order"] for tier in tiers["Tiers"]] == [0, 1]
     assert answers_ok(f"{prefix}.1", 15432) and answers_ok(f"{prefix}.2", 18080)
-    app = outputs_of(crhelper("stack", "create", str(TEMPLATES / "examples" / "appcenter.yaml"), "--stack", "app",
-                              "-p", f"ServiceToken={tokens['AppCenterServiceToken']}",
-                              "-p", f"Package={REPO / 'samples' / 'appcenter-demo'}", "-p", "Greeting=hi fc"))
     with urllib.request.urlopen(f"http://{app['Endpoints']['http']}/", timeout=10) as answer:
         assert json.loads(answer.read())["greeting"] == "hi fc"
-    for example in ("tiers", "app"):
-        assert crhelper("stack", "delete", "--stack", example)["Stack"]["status"] == "DELETE_COMPLETE"
+    for done in at_once(*(functools.partial(crhelper, "stack", "delete", "--stack", example) for example in ("tiers", "app"))):
+        assert done["Stack"]["status"] == "DELETE_COMPLETE", json.dumps(done)[-3000:]
     assert not answers_ok(f"{prefix}.1", 15432) and not answers_ok(f"{prefix}.2", 18080)
     assert [s.name for s in SupervisorClient().list() if s.state in LIVE] == []
     assert crhelper("stack", "delete", "--stack", "providers")["Stack"]["status"] == "DELETE_COMPLETE"

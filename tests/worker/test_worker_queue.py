@@ -122,6 +122,34 @@ def test_n_slow_messages_run_concurrently(
     wait_until(lambda: queue_empty(local_mns, name))
 
 
+def test_a_freed_thread_takes_the_next_message_while_the_others_still_run(
+    local_mns: LocalMNS, make_queue: Any, name: str, response_server: Any, providers: Any, store_url: str,
+    start_worker: Any
+) -> None:
+    """The receiver is woken when a thread frees up, not only when all are idle: a quick message queued
+    behind a slow and a quick one is answered long before the slow one ends."""
+    provider = providers()
+
+    @provider.create("Custom::Greeting")
+    def create(props: dict, request: Any) -> Result:
+        time.sleep(float(props["Seconds"]))
+        return Result(physical_id=f"p-{props['Seconds']}")
+
+    slow, quick, behind = (response_server.attach(make_event("Create", "Custom::Greeting", {"Seconds": s}))
+                           for s in ("3", "0.1", "0.1"))
+    queue = make_queue(name)
+    queue.batch_send_message([Message(json.dumps(slow)), Message(json.dumps(quick))])
+    started = time.monotonic()
+    start_worker(provider, name, concurrency=2, prefetch=0)
+    response_server.wait_for(quick["RequestId"], timeout=5)
+    queue.send_message(Message(json.dumps(behind)))
+    response_server.wait_for(behind["RequestId"], timeout=5)
+    elapsed = time.monotonic() - started
+    assert elapsed < 2.5, f"the third message waited {elapsed:.2f} s: for the slow handler (3 s) to end"
+    response_server.wait_for(slow["RequestId"], timeout=5)
+    wait_until(lambda: queue_empty(local_mns, name))
+
+
 def test_concurrency_is_bounded(
     local_mns: LocalMNS, make_queue: Any, name: str, response_server: Any, providers: Any, store_url: str,
     start_worker: Any
