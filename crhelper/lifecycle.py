@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import holder
+from . import holder, outbound
 from .constants import CREATE, DELETE, IN_PROGRESS_LOG_MESSAGE, NOTHING_CREATED_IDS
 from .dispatch import Orphaned
 from .response import exception_reason, failed_response
@@ -66,17 +67,24 @@ ORPHAN_POLL = 0.2
 Step = Callable[[Request], "dict[str, Any] | InProgress | Orphaned"]
 
 
-@dataclasses.dataclass
 class Verdict:
     """What the lifecycle decided for one delivery: the body to send now (None: nothing), and the
-    call to make once it was sent (`settle`), which ends the step's hold on its continuation."""
+    call to make once it was sent (`settle`), which ends the step's hold on its continuation.
+    A plain class: a dataclass's generated methods cost every cold start ~0.5 ms (issue 18)."""
 
-    body: dict[str, Any] | None
-    request: Request | None = None
-    #: Nothing was sent and no follow-up could be left: the request is in flight in a process that
-    #: may be alive; a transport that can (a queue keeping its message) should try again after this.
-    retry_after: float | None = None
-    on_settle: Callable[[bool], None] | None = dataclasses.field(default=None, repr=False)
+    __slots__ = ("body", "request", "retry_after", "on_settle")
+
+    def __init__(self, body: dict[str, Any] | None, request: Request | None = None, retry_after: float | None = None,
+                 on_settle: Callable[[bool], None] | None = None) -> None:
+        self.body = body
+        self.request = request
+        #: Nothing was sent and no follow-up could be left: the request is in flight in a process that
+        #: may be alive; a transport that can (a queue keeping its message) should try again after this.
+        self.retry_after = retry_after
+        self.on_settle = on_settle
+
+    def __repr__(self) -> str:
+        return f"Verdict(body={self.body!r}, request={self.request!r}, retry_after={self.retry_after!r})"
 
     def settle(self, delivered: bool) -> None:
         """Report whether the body reached the ResponseURL; only the first call counts."""
@@ -112,13 +120,18 @@ class _Hold:
 
 class _Renewer:
     """One thread per lifecycle renews the leases of every step in progress (a thread per request
-    would cost more than the rest of a warm invocation)."""
+    would cost more than the rest of a warm invocation). It starts only when a step has run for a
+    third of its lease, when the first renewal is due: most steps end well before, and a cold start
+    then pays for no lease thread (issue 18). Until then one pending check on the shared timer
+    thread (`outbound.call_at`) stands in for it."""
 
     def __init__(self, lifecycle: "Lifecycle", background: bool = True) -> None:
         self._lifecycle = lifecycle
         self._holds: dict[str, _Hold] = {}
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
+        #: The pid that has a check pending (0: none): a forked child inherits no timer thread.
+        self._check_pending = 0
         self._background = background
 
     def holds(self) -> list[_Hold]:
@@ -133,13 +146,26 @@ class _Renewer:
         with self._wake:
             idle = not self._holds
             self._holds[hold.continuation.id] = hold
-            if self._background and (self._thread is None or not self._thread.is_alive()):
-                self._thread = threading.Thread(target=self._loop, name="crhelper-lease", daemon=True)
-                self._thread.start()
+            if not self._background:
+                return
+            if self._thread is None or not self._thread.is_alive():
+                if self._check_pending != os.getpid():
+                    # A hold's first renewal is due a third of a lease after it was taken (`_loop`);
+                    # a pending check always fires no later than that for every hold added since.
+                    self._check_pending = os.getpid()
+                    outbound.call_at(time.monotonic() + self._lifecycle.step_lease / 3, self._check)
             elif idle:
                 # Only an idle renewer waits longer than a lease: a busy one looks again within
                 # lease / 6, well before a new hold's first renewal is due (at lease / 3).
                 self._wake.notify()
+
+    def _check(self) -> None:
+        """On the timer thread: start renewing if a step is still running (else nothing to do)."""
+        with self._wake:
+            self._check_pending = 0
+            if self._holds and (self._thread is None or not self._thread.is_alive()):
+                self._thread = threading.Thread(target=self._loop, name="crhelper-lease", daemon=True)
+                self._thread.start()
 
     def remove(self, hold: _Hold) -> None:
         with self._wake:
@@ -196,6 +222,11 @@ class Lifecycle:
         self.new_id = new_id
         self.sleep = sleep
         self._renewer = _Renewer(self, background=renew_in_background)
+        from .store.memory import MemoryStore
+
+        #: The store is this process's own dicts (`memory://`): its calls cannot block, so they need
+        #: no guard thread of their own (`runtime._bounded`). A subclass may do anything: not it.
+        self.store_in_process = type(store) is MemoryStore
 
     # entry points ------------------------------------------------------------------------
     def accept(self, request: Request, raw: dict[str, Any]) -> str | None:

@@ -107,13 +107,20 @@ def _ssl_context(ca_bundle: str | None, verify: bool):  # type: ignore[no-untype
 
 def _has_hashed_certificates(directory: str) -> bool:
     """OpenSSL's capath lookup needs `<hash>.0` links; a plain folder of PEM files does not work."""
-    import re
-
     try:
         with os.scandir(directory) as entries:
-            return any(re.fullmatch(r"[0-9a-f]{8}\.[0-9]", entry.name) for entry in entries)
+            return any(_is_hash_name(entry.name) for entry in entries)
     except OSError:
         return False
+
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def _is_hash_name(name: str) -> bool:
+    """`<8 hex digits>.<digit>`, OpenSSL's name for a hashed CA link (no regex: compiling one, and
+    matching every file of a 300-file folder with it, is a cold start's ~0.5 ms)."""
+    return len(name) == 10 and name[8] == "." and name[9] in "0123456789" and _HEX.issuperset(name[:8])
 
 
 #: Bytes that can never appear in a URL sent on a request line (space, controls; CR/LF would inject headers).
@@ -210,7 +217,9 @@ def _parse_target(url: str) -> _Target:
 
 
 class _Deadlines:
-    """One daemon thread that fires every pending watchdog at its deadline (a heap of them).
+    """One daemon thread that fires every pending watchdog at its deadline (a heap of them), and the
+    runtime's other short timed calls (`call_at`: a step's first lease check), so that a cold start
+    pays for one timer thread, not one per purpose.
 
     A `threading.Timer` per attempt costs a thread start and join on every delivery (about half
     of an attempt's CPU in a busy worker); one thread sleeping until the earliest deadline does not.
@@ -219,12 +228,12 @@ class _Deadlines:
 
     def __init__(self) -> None:
         self._wake = threading.Condition(threading.Lock())
-        self._heap: list[tuple[float, int, _Watchdog]] = []
+        self._heap: list[tuple[float, int, "_Watchdog | _Call"]] = []
         self._sequence = 0
         self._stopped = 0
         self._thread: threading.Thread | None = None
 
-    def add(self, watchdog: "_Watchdog") -> None:
+    def add(self, watchdog: "_Watchdog | _Call") -> None:
         with self._wake:
             self._sequence += 1
             heapq.heappush(self._heap, (watchdog.ends, self._sequence, watchdog))
@@ -258,6 +267,30 @@ class _Deadlines:
 
 
 _deadlines = _Deadlines()
+
+
+class _Call:
+    """A call made once by the deadline thread at `ends` (see `call_at`)."""
+
+    __slots__ = ("ends", "done", "fire")
+
+    def __init__(self, ends: float, fire: Callable[[], None]) -> None:
+        self.ends = ends
+        self.done = False
+        self.fire = fire
+
+
+def call_at(when: float, fire: Callable[[], None]) -> None:
+    """Have the shared timer thread call `fire()` at `when` (time.monotonic()). `fire` must return at
+    once (it holds up the watchdogs): start a thread for anything slow. An exception it raises is logged."""
+
+    def guarded() -> None:
+        try:
+            fire()
+        except Exception:  # the timer thread must survive whatever a call does
+            _log.exception("a timed call failed")
+
+    _deadlines.add(_Call(when, guarded))
 
 
 def _reset_after_fork() -> None:

@@ -410,7 +410,8 @@ def handle_event(
         if lifecycle is None:
             result = _run_request(registry, event, settings, services, run)
         else:
-            result = _bounded(lambda: _run_request(registry, event, settings, services, run, accepted), deadline, margin)
+            result = _bounded(lambda: _run_request(registry, event, settings, services, run, accepted), deadline, margin,
+                              in_thread=not lifecycle.store_in_process)
     except BaseException as exc:  # a bug of ours, an unreachable store, a signal: still one answer
         if isinstance(exc, _OutOfTime):
             _log.error("no time left to handle the request", extra={"fields": {"error": str(exc)}})
@@ -436,12 +437,20 @@ def handle_event(
     return result, report
 
 
-def _bounded(process: Callable[[], Answer], deadline: float | None, margin: float) -> Answer:
+def _bounded(process: Callable[[], Answer], deadline: float | None, margin: float, in_thread: bool = True) -> Answer:
     """Run the store calls and the handler of one event so that a store that cannot answer in time
-    (a locked file, an unreachable bucket) still leaves time to send FAILED."""
+    (a locked file, an unreachable bucket) still leaves time to send FAILED. A store that cannot
+    block (this process's own dicts: `in_thread=False`) is called here, sparing a cold start the
+    second handler thread (the handler still runs in one, under its own guard)."""
     if deadline is None:
         return process()
     until = deadline - margin / 2
+    if not in_thread:
+        if until <= time.monotonic():
+            raise _OutOfTime("not started: too little time was left before the Function Compute timeout; "
+                             "raise the function timeout or send fewer requests per invocation")
+        with store_deadline(deadline - margin):
+            return process()
     with store_deadline(deadline - margin):
         result, still_running = _run_with_deadline(process, until - time.monotonic())
     if isinstance(result, Answer):

@@ -287,8 +287,10 @@ def _invoke(args: argparse.Namespace, provider: "Provider", event: dict[str, Any
             pending = False
 
         def heartbeat() -> None:
-            print(f"crhelper invoke: in progress, {_progress(time.monotonic() - started, polls())}",
-                  file=sys.stderr, flush=True)
+            # One write, line and newline together: a provider's log line from another thread
+            # cannot land between them (print writes the text and the end separately).
+            sys.stderr.write(f"crhelper invoke: in progress, {_progress(time.monotonic() - started, polls())}\n")
+            sys.stderr.flush()
 
         if pending:
             try:
