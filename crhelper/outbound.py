@@ -295,9 +295,8 @@ def call_at(when: float, fire: Callable[[], None]) -> None:
 
 def _reset_after_fork() -> None:
     """A forked child has no deadline thread; its copy of the heap belongs to the parent's attempts."""
-    global _deadlines, _idle
+    global _deadlines
     _deadlines = _Deadlines()
-    _idle = _IdleConnections()  # the parent's sockets: never written to from two processes
 
 
 if hasattr(os, "register_at_fork"):
@@ -352,74 +351,6 @@ class _Watchdog:
             _deadlines.stopped()
 
 
-#: Idle delivery connections kept per peer, and for how long: a server or queue worker answering
-#: many requests to one ROS endpoint pays one TCP (and TLS) handshake, not one per answer. Servers
-#: drop idle connections after some seconds; one that did is found out before it is used.
-_IDLE_PER_PEER = 8
-_IDLE_SECONDS = 15.0
-#: A reply body longer than this is not read to its end: its connection is closed, not kept.
-_KEPT_REPLY_BYTES = 64 * 1024
-
-
-class _Stale(Exception):
-    """A kept connection the peer had closed: nothing of the request reached it (no reply byte came)."""
-
-
-class _IdleConnections:
-    """Connections whose last answer was complete and whose peer keeps them open, newest last."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._idle: dict[tuple[object, ...], list[tuple[float, http.client.HTTPConnection]]] = {}
-
-    def take(self, peer: tuple[object, ...]) -> http.client.HTTPConnection | None:
-        """The newest live one for `peer`; expired ones and ones the peer closed are closed here."""
-        now, dropped, found = time.monotonic(), [], None
-        with self._lock:
-            kept = self._idle.get(peer)
-            while kept and found is None:
-                since, connection = kept.pop()
-                if now - since < _IDLE_SECONDS:
-                    found = connection
-                else:
-                    dropped.append(connection)
-            if kept:  # the older ones left are older still
-                fresh = [(since, c) for since, c in kept if now - since < _IDLE_SECONDS]
-                dropped += [c for since, c in kept if now - since >= _IDLE_SECONDS]
-                kept[:] = fresh
-        for connection in dropped:
-            connection.close()
-        if found is not None and _closed_by_peer(found):
-            found.close()
-            return self.take(peer)
-        return found
-
-    def give(self, peer: tuple[object, ...], connection: http.client.HTTPConnection) -> None:
-        with self._lock:
-            kept = self._idle.setdefault(peer, [])
-            if len(kept) < _IDLE_PER_PEER:
-                kept.append((time.monotonic(), connection))
-                return
-        connection.close()
-
-
-def _closed_by_peer(connection: http.client.HTTPConnection) -> bool:
-    """An idle connection with something to read has been closed (or spoken on out of turn) by the peer."""
-    import select
-
-    sock = connection.sock
-    if sock is None:
-        return True
-    try:
-        readable, _, _ = select.select([sock], [], [], 0)
-    except (OSError, ValueError):
-        return True
-    return bool(readable)
-
-
-_idle = _IdleConnections()
-
-
 @functools.lru_cache(maxsize=16)
 def delivery_policy(settings: DeliverySettings) -> "OutboundPolicy":
     """The outbound policy these delivery settings describe."""
@@ -446,21 +377,12 @@ def delivery_budget(settings: DeliverySettings) -> float:
 
 
 def _attempt(url: str, body: bytes, settings: DeliverySettings, timeout: float) -> int:
-    """One POST within `timeout` seconds of wall-clock time, whatever the peer does: on a kept
-    connection to the same peer when one is idle (one the peer turns out to have closed is replaced
-    by a new connection within the same time: nothing of the request had reached it)."""
+    """One POST within `timeout` seconds of wall-clock time, whatever the peer does."""
     where = _target(url)
     ends = time.monotonic() + timeout
+    watchdog = _Watchdog(ends)
     # An explicit port always: http.client would read the last group of an IPv6 literal as one.
     port = where.port or (443 if where.scheme == "https" else 80)
-    peer = (where.scheme, where.host, port, settings.ca_bundle, settings.verify_tls)
-    kept = _idle.take(peer)
-    if kept is not None:
-        try:
-            return _post(kept, url, where, peer, body, settings, ends, reused=True)
-        except _Stale:
-            _log.debug("a kept response connection was closed by the peer; opening a new one",
-                       extra={"fields": {"url": redact_url(url)}})
     connection: http.client.HTTPConnection
     try:
         if where.scheme == "https":
@@ -470,18 +392,6 @@ def _attempt(url: str, body: bytes, settings: DeliverySettings, timeout: float) 
             connection = http.client.HTTPConnection(where.host, port, timeout=timeout)
     except (http.client.HTTPException, ValueError) as exc:  # their messages may quote the URL
         raise _BadUrl(f"response URL rejected by http.client ({exc.__class__.__name__}): {redact_url(url)}") from None
-    return _post(connection, url, where, peer, body, settings, ends, reused=False)
-
-
-def _post(connection: http.client.HTTPConnection, url: str, where: _Target, peer: tuple[object, ...], body: bytes,
-          settings: DeliverySettings, ends: float, *, reused: bool) -> int:
-    """Send the body on `connection` (a new one is connected here, under the watchdog) and read the
-    answer; the connection is kept for the next answer when the peer keeps it and the reply was read
-    to its end, else closed. `_Stale` when a kept one fails before any byte of a reply came."""
-    timeout = max(0.001, ends - time.monotonic())
-    watchdog = _Watchdog(ends)
-    port = peer[2]
-    assert isinstance(port, int)
     headers = {
         "Content-Type": "application/json",
         "Date": formatdate(usegmt=True),
@@ -497,61 +407,38 @@ def _post(connection: http.client.HTTPConnection, url: str, where: _Target, peer
             connection=True,
         )
 
-    keep = False
     try:
-        if reused:
-            sock = connection.sock
-            assert sock is not None
+        try:
+            sock = socket.create_connection(
+                (where.host, port), timeout=min(settings.connect_timeout, timeout)
+            )
             watchdog.watch(sock)
-        else:
-            try:
-                sock = socket.create_connection(
-                    (where.host, port), timeout=min(settings.connect_timeout, timeout)
-                )
+            if where.scheme == "https":
+                sock = context.wrap_socket(sock, server_hostname=where.host)  # the handshake runs under the watchdog
                 watchdog.watch(sock)
-                if where.scheme == "https":
-                    context = _ssl_context(settings.ca_bundle, settings.verify_tls)
-                    sock = context.wrap_socket(sock, server_hostname=where.host)  # the handshake runs under the watchdog
-                    watchdog.watch(sock)
-                connection.sock = sock
-            except (OSError, http.client.HTTPException, ValueError) as exc:
-                if type(exc).__name__ == "SSLCertVerificationError":
-                    raise _BadUrl(f"TLS certificate of {where.host} not trusted: {exc}; set CRHELPER_CA_BUNDLE to its CA") from None
-                if watchdog.fired:
-                    raise out_of_time() from None
-                raise _Retryable(f"cannot connect: {exc.__class__.__name__}: {exc}", connection=True) from None
+            connection.sock = sock
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            if type(exc).__name__ == "SSLCertVerificationError":
+                raise _BadUrl(f"TLS certificate of {where.host} not trusted: {exc}; set CRHELPER_CA_BUNDLE to its CA") from None
+            if watchdog.fired:
+                raise out_of_time() from None
+            raise _Retryable(f"cannot connect: {exc.__class__.__name__}: {exc}", connection=True) from None
         sock.settimeout(max(0.001, min(settings.read_timeout, ends - time.monotonic())))
         try:
             connection.request(settings.method, where.path, body=body, headers=headers)
             reply = connection.getresponse()
-        except (OSError, http.client.HTTPException, ValueError) as exc:
-            if watchdog.fired:
-                raise out_of_time() from None
-            if reused and isinstance(exc, (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected)):
-                raise _Stale() from None  # RemoteDisconnected: the peer closed it before any reply byte
-            if isinstance(exc, (http.client.InvalidURL, ValueError)):  # its message would quote the URL
-                raise _BadUrl(f"response URL rejected by http.client ({exc.__class__.__name__}): {redact_url(url)}") from None
-            raise _Retryable(f"{exc.__class__.__name__}: {exc}") from None
-        try:
             reply_text = reply.read(512).decode("utf-8", errors="replace")
         except (OSError, http.client.HTTPException, ValueError) as exc:
             if watchdog.fired:
                 raise out_of_time() from None
+            if isinstance(exc, (http.client.InvalidURL, ValueError)):  # its message would quote the URL
+                raise _BadUrl(f"response URL rejected by http.client ({exc.__class__.__name__}): {redact_url(url)}") from None
             raise _Retryable(f"{exc.__class__.__name__}: {exc}") from None
         if watchdog.fired:  # cut short mid-reply: the status line alone is not an answer we can trust
             raise out_of_time()
-        if not reply.will_close:
-            try:
-                reply.read(_KEPT_REPLY_BYTES)  # the rest, so that the connection can carry the next answer
-                keep = reply.isclosed() and not watchdog.fired
-            except (OSError, http.client.HTTPException, ValueError):
-                keep = False  # the answer's status is in hand; only the connection is lost
     finally:
         watchdog.stop()
-        if keep:
-            _idle.give(peer, connection)
-        else:
-            connection.close()
+        connection.close()
     status = reply.status
     if 200 <= status < 300:
         return status
