@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import FrozenInstanceError, dataclass
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 from urllib.parse import quote, quote_plus
 
@@ -18,42 +18,13 @@ from .constants import (
     MAX_RESPONSE_BYTES,
     SUCCESS,
 )
+from .config import FrozenRecord
 from .errors import Failure
 from .request import Request, nesting_exceeds
 
 
-class _Frozen:
-    """Read-only like a frozen dataclass, with hand-written methods: `@dataclass(frozen=True)` generates
-    (compiles) six methods per class at import, ~1 ms of every cold start (issue 18). The subclasses stay
-    dataclasses (`dataclasses.fields`, `replace`, `asdict` work on them) with nothing generated."""
-
-    __slots__ = ()
-    _names: tuple[str, ...] = ()
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def _values(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, name) for name in self._names)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._values() == other._values()  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return hash(self._values())
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._names)
-        return f"{type(self).__qualname__}({shown})"
-
-
 @dataclass(init=False, repr=False, eq=False)
-class Result(_Frozen):
+class Result(FrozenRecord):
     """What a handler returns: the physical id (Create only; None keeps or derives it) and the attributes."""
 
     physical_id: str | None = None
@@ -66,7 +37,7 @@ class Result(_Frozen):
 
 
 @dataclass(init=False, repr=False, eq=False)
-class InProgress(_Frozen):
+class InProgress(FrozenRecord):
     """Returned by a handler whose work is not done: call me again in `delay` seconds with `state`.
 
     `state` must be JSON-serialisable; it comes back as `request.state` on the next call.
