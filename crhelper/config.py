@@ -124,68 +124,46 @@ def env_base64(env: Mapping[str, str], name: str, length: int | None = None) -> 
     return value
 
 
-class FrozenRecord:
-    """Read-only like a frozen dataclass, with hand-written methods: `@dataclass(frozen=True)` generates
-    (compiles) six methods per class at import, ~1 ms of every cold start (issue 18). For public
-    records users treat as dataclasses: a subclass is declared `@dataclass(init=False, repr=False,
-    eq=False)` with its own `__init__` and `_names`, so `dataclasses.fields`, `replace` and `asdict`
-    work on it with nothing generated. (`ReadOnly`/`Value` are for the runtime's own records.)"""
-
-    __slots__ = ()
-    _names: tuple[str, ...] = ()
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def _values(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, name) for name in self._names)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._values() == other._values()  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return hash(self._values())
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._names)
-        return f"{type(self).__qualname__}({shown})"
-
-
 class ReadOnly:
-    """Read-only records for the runtime's import path, without `dataclasses`: generating a dataclass's
-    methods costs ~1 ms on every cold start (issue 18). Subclasses list their fields in `__slots__` and
-    set them once in `__init__` through `_init`; equality is identity (see `Value` for compared ones)."""
+    """Read-only records for the runtime's import path, without generated methods: `@dataclass`
+    compiles its methods at import, ~1 ms of every cold start (issue 18). A subclass lists its
+    fields in `__slots__` and sets them once in `__init__` through `_init`; equality is identity
+    (see `Value` for compared ones). A public record users treat as a dataclass is declared
+    `@dataclass(init=False, repr=False, eq=False)` on `Value` with its own `__init__` and `_names`
+    (`Result`): `dataclasses.fields`, `replace` and `asdict` work on it with nothing generated.
+    Assignment raises `FrozenInstanceError` (an AttributeError), as on a frozen dataclass."""
 
     __slots__ = ()
+    #: The fields, in order: a subclass's own `__slots__` unless it names them itself.
+    _names: tuple[str, ...] = ()
+    _hidden: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        slots = cls.__dict__.get("__slots__")
+        if slots and "_names" not in cls.__dict__:
+            cls._names = (slots,) if isinstance(slots, str) else tuple(slots)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"{type(self).__name__} is read-only: cannot set {name!r}")
+        raise FrozenInstanceError(f"{type(self).__name__} is read-only: cannot set {name!r}")
 
     def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"{type(self).__name__} is read-only: cannot delete {name!r}")
+        raise FrozenInstanceError(f"{type(self).__name__} is read-only: cannot delete {name!r}")
 
     def _init(self, **values: Any) -> None:
         for name, value in values.items():
             object.__setattr__(self, name, value)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in getattr(type(self), "__slots__")}
+        return {name: getattr(self, name) for name in self._names}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """pickle and copy restore fields here: plain setattr is refused."""
         self._init(**state)
 
     def __repr__(self) -> str:
-        names: tuple[str, ...] = getattr(type(self), "__slots__")
-        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in names if name not in self._hidden)
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._names if name not in self._hidden)
         return f"{type(self).__name__}({shown})"
-
-    _hidden: tuple[str, ...] = ()
 
 
 class Value(ReadOnly):
@@ -194,8 +172,7 @@ class Value(ReadOnly):
     __slots__ = ()
 
     def _fields(self) -> tuple[Any, ...]:
-        names: tuple[str, ...] = getattr(type(self), "__slots__")
-        return tuple(getattr(self, name) for name in names)
+        return tuple(getattr(self, name) for name in self._names)
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):

@@ -18,13 +18,13 @@ from .constants import (
     MAX_RESPONSE_BYTES,
     SUCCESS,
 )
-from .config import FrozenRecord
+from .config import Value
 from .errors import Failure
 from .request import Request, nesting_exceeds
 
 
 @dataclass(init=False, repr=False, eq=False)
-class Result(FrozenRecord):
+class Result(Value):
     """What a handler returns: the physical id (Create only; None keeps or derives it) and the attributes."""
 
     physical_id: str | None = None
@@ -37,7 +37,7 @@ class Result(FrozenRecord):
 
 
 @dataclass(init=False, repr=False, eq=False)
-class InProgress(FrozenRecord):
+class InProgress(Value):
     """Returned by a handler whose work is not done: call me again in `delay` seconds with `state`.
 
     `state` must be JSON-serialisable; it comes back as `request.state` on the next call.
