@@ -51,19 +51,18 @@ class _RosRequestHandler(ApiRequestHandler):
     def _dispatch(self) -> None:
         length = self.headers.get("Content-Length", "0") or "0"
         if not length.isdigit() or int(length) > MAX_BODY_BYTES:
-            self.close_connection = True
-            error = RosError("InvalidParameter", f"The specified parameter Content-Length is invalid, it must be a "
-                                                 f"whole number up to {MAX_BODY_BYTES} bytes.", 400)
-            self.write_response(error_response(error, request_id(), self.headers.get("Host") or "ros.aliyuncs.com"))
-            return
+            return self._refuse(f"Content-Length is invalid, it must be a whole number up to {MAX_BODY_BYTES} bytes")
         if self.headers.get("Transfer-Encoding"):
-            self.close_connection = True
-            error = RosError("InvalidParameter", "The specified parameter Transfer-Encoding is invalid, the local "
-                                                 "ROS reads bodies sent with a Content-Length only.", 400)
-            self.write_response(error_response(error, request_id(), self.headers.get("Host") or "ros.aliyuncs.com"))
-            return
+            return self._refuse("Transfer-Encoding is invalid, the local ROS reads bodies sent with a "
+                                "Content-Length only")
         body = self.rfile.read(int(length)) if int(length) else b""
         self.write_response(self.server.ros.answer(self.command, self.path, self.headers, body))
+
+    def _refuse(self, problem: str) -> None:
+        """ROS's InvalidParameter for a body it will not read; the connection ends (its rest is unread)."""
+        self.close_connection = True
+        error = RosError("InvalidParameter", f"The specified parameter {problem}.", 400)
+        self.write_response(error_response(error, request_id(), self.headers.get("Host") or "ros.aliyuncs.com"))
 
     do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = do_OPTIONS = _dispatch
 
