@@ -27,3 +27,9 @@ def crhelper_json(*args: str, timeout: float = 240, env: Mapping[str, str] | Non
         raise AssertionError(shown) from None
     assert done.returncode == 0, shown
     return document
+
+
+def created_outputs(answer: dict[str, Any]) -> dict[str, Any]:
+    """The outputs of a `crhelper stack create --json` answer, which must be CREATE_COMPLETE."""
+    assert answer["Stack"]["status"] == "CREATE_COMPLETE", json.dumps(answer)[-3000:]
+    return {o["key"]: o["value"] for o in answer["Stack"]["outputs"]}

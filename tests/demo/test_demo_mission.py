@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cli_support import crhelper_json
+from cli_support import created_outputs, crhelper_json
 from crhelper.manifest import installed_manifests
 from crhelper.testing import wait_until
 from demo_support import get, processes_with, timed
@@ -84,8 +84,7 @@ def test_the_mission_stack_serves_each_tier_through_its_route_and_leaves_no_proc
     created = crhelper("stack", "create", str(TEMPLATE), "--stack", stack, "--bindings", str(bindings),
                        "-p", f"Python={sys.executable}", "-p", f"HostPrefix={prefix}", "-p", f"RouterHost={prefix}.9",
                        "-p", f"Domain={domain}")
-    assert created["Stack"]["status"] == "CREATE_COMPLETE", json.dumps(created)[-3000:]
-    outputs = {o["key"]: o["value"] for o in created["Stack"]["outputs"]}
+    outputs = created_outputs(created)
     assert outputs["Router"] == f"{prefix}.9:8080"
     (db,), (app,), (web,), (router,) = (tier["Members"] for tier in outputs["Tiers"])
     assert [tier["Order"] for tier in outputs["Tiers"]] == [0, 1, 2, 3]

@@ -21,11 +21,11 @@ import socket
 import sys
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 import pytest
 
-from cli_support import crhelper_json
+from cli_support import created_outputs, crhelper_json
 from crhelper.emulator.cloud_local_oss import oss_root
 from crhelper.local.supervisor import LIVE, SupervisorClient
 from demo_support import at_once, get, processes_with, timed
@@ -33,11 +33,6 @@ from demo_support import at_once, get, processes_with, timed
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = REPO / "templates"
 crhelper = timed(crhelper_json)
-
-
-def outputs_of(answer: dict[str, Any]) -> dict[str, Any]:
-    assert answer["Stack"]["status"] == "CREATE_COMPLETE", json.dumps(answer)[-3000:]
-    return {o["key"]: o["value"] for o in answer["Stack"]["outputs"]}
 
 
 def answers_ok(host: str, port: int) -> bool:
@@ -69,8 +64,7 @@ def test_the_mission_runs_through_the_fc3_deploy_templates_tokens_with_no_bindin
     routes_db = str(tmp_path / "routes.db")
     providers = crhelper("stack", "create", str(TEMPLATES / "deploy-fc3.yaml"), "--stack", "providers",
                          "-p", f"RouterDb={routes_db}", "-p", "StateBucketDeletionForce=true")
-    assert providers["Stack"]["status"] == "CREATE_COMPLETE", json.dumps(providers)[-3000:]
-    tokens = outputs_of(providers)
+    tokens = created_outputs(providers)
 
     prefix = f"127.{random.randint(1, 254)}.{random.randint(1, 254)}"
     stack, domain = f"mission-{random.randrange(16 ** 6):06x}", f"m{random.randrange(16 ** 6):06x}.localhost"
@@ -79,8 +73,7 @@ def test_the_mission_runs_through_the_fc3_deploy_templates_tokens_with_no_bindin
                          for arg in ("-p", f"{name}ServiceToken={tokens[f'{name}ServiceToken']}")),
                        "-p", f"Python={sys.executable}", "-p", f"HostPrefix={prefix}", "-p", f"RouterHost={prefix}.9",
                        "-p", f"Domain={domain}", "-p", f"RouterDb={routes_db}")
-    assert created["Stack"]["status"] == "CREATE_COMPLETE", json.dumps(created)[-3000:]
-    outputs = outputs_of(created)
+    outputs = created_outputs(created)
     (db,), (app,), (web,), (router,) = (tier["Members"] for tier in outputs["Tiers"])
     assert outputs["Readiness"] == {db: "Ready", app: "Ready", web: "Ready", router: "Ready"}
 
@@ -109,7 +102,7 @@ def test_the_mission_runs_through_the_fc3_deploy_templates_tokens_with_no_bindin
     # the boot-group and AppCenter examples (issue 15) through the same tokens, sharing the package and
     # providers; the two stacks are independent, so each pair of commands runs at once
     prefix = f"127.{random.randint(1, 254)}.{random.randint(1, 254)}"
-    tiers, app = map(outputs_of, at_once(
+    tiers, app = map(created_outputs, at_once(
         lambda: crhelper("stack", "create", str(TEMPLATES / "examples" / "bootgroups.yaml"), "--stack", "tiers",
                          "-p", f"ServiceToken={tokens['BootGroupsServiceToken']}",
                          "-p", f"Python={sys.executable}", "-p", f"HostPrefix={prefix}"),
