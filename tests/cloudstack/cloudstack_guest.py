@@ -7,9 +7,11 @@ import subprocess
 import sys
 
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-server = socket.create_server((os.environ["VM_IP"], int(sys.argv[1])))
-with open(sys.argv[2], "w") as out:
+# The marker is whole before the port opens: a test that waited for the port reads it at once.
+with open(sys.argv[2] + ".part", "w") as out:
     out.write(f"{os.environ['VM_ID']} {os.environ['HOST']} {child.pid}\n")
+os.replace(sys.argv[2] + ".part", sys.argv[2])
+server = socket.create_server((os.environ["VM_IP"], int(sys.argv[1])))
 while True:
     conn, _ = server.accept()
     conn.close()
