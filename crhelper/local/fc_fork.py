@@ -28,6 +28,7 @@ server (their instances die with them).
 """
 from __future__ import annotations
 
+import array
 import gc
 import importlib
 import io
@@ -143,6 +144,19 @@ def _reap(control: socket.socket, children: set[int]) -> None:
         _send(control, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
+def _receive(control: socket.socket) -> tuple[bytes, list[int]]:
+    """One request and its descriptors, without waiting (BlockingIOError when another serving process
+    took it). Not `socket.recv_fds`: it drops its `flags` (CPython through 3.12), so MSG_DONTWAIT
+    did not apply and a server that lost the race slept in recvmsg, reaping nothing until the next
+    request."""
+    fds = array.array("i")
+    message, ancillary, _, _ = control.recvmsg(_MAX_MESSAGE, socket.CMSG_LEN(3 * fds.itemsize), socket.MSG_DONTWAIT)
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+    return message, list(fds)
+
+
 def _servers(env: Mapping[str, str]) -> int:
     text = env.get(SERVERS_SETTING, "").strip()
     return max(1, min(int(text), 64)) if text.isdigit() else DEFAULT_SERVERS
@@ -207,7 +221,7 @@ def _serve(control: socket.socket, loaded: set[str], copies: int) -> int:
                     _reap(control, children)
                     continue
                 try:  # another serving process may have taken the message: never block here
-                    message, fds, _, _ = socket.recv_fds(control, _MAX_MESSAGE, 3, socket.MSG_DONTWAIT)
+                    message, fds = _receive(control)
                 except (BlockingIOError, InterruptedError):
                     continue
                 if not message:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -15,7 +16,7 @@ import pytest
 
 from crhelper.emulator.state import process_alive
 from crhelper.local.fc_async import AsyncDispatcher
-from crhelper.local.fc_fork import SERVERS_SETTING, ForkServer
+from crhelper.local.fc_fork import SERVERS_SETTING, ForkServer, _receive
 from crhelper.local.fc_preload import imported_names, library_imports, module_file
 from crhelper.local.fc_runner import _host_python_path
 from crhelper.local.fc_server import LocalFunctionCompute
@@ -144,6 +145,22 @@ def test_a_forked_instance_finds_its_handlers_libraries_imported_but_not_its_own
 
 def _parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_serving_process_that_lost_a_request_to_another_does_not_wait_for_the_next_one() -> None:
+    # socket.recv_fds drops its flags: a server sleeping in recvmsg reaped no instance until the next request
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with ours, theirs:
+        started = time.monotonic()
+        with pytest.raises(BlockingIOError):
+            _receive(theirs)
+        assert time.monotonic() - started < 1
+        read_end, write_end = os.pipe()
+        socket.send_fds(ours, [b'{"id": 1}'], [read_end, write_end, read_end])
+        message, fds = _receive(theirs)
+        assert message == b'{"id": 1}' and len(fds) == 3
+        for fd in (*fds, read_end, write_end):
+            os.close(fd)
 
 
 @pytest.mark.slow
