@@ -226,7 +226,22 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
-        env = os.environ if env is None else env
+        """The settings `env` (default: this process's environment) gives; ConfigError names a bad one.
+        From the process's environment they are parsed again only when one of their variables changed:
+        a queue worker asks several times per message (~40 us a time, issue 18)."""
+        global _from_environ
+        if env is None:
+            key = _environment_key()
+            cached = _from_environ
+            if cached is not None and cached[0] == key:
+                return cached[1]
+            settings = cls._parse(os.environ)
+            _from_environ = (key, settings)
+            return settings
+        return cls._parse(env)
+
+    @classmethod
+    def _parse(cls, env: Mapping[str, str]) -> "Settings":
         hosts = tuple(h.strip().lower() for h in (env.get("CRHELPER_RESPONSE_HOSTS") or "").split(",") if h.strip())
         delivery = DeliverySettings(
             method=env_choice(env, "CRHELPER_RESPONSE_METHOD", "POST", ("POST", "PUT")),
@@ -250,6 +265,33 @@ class Settings:
             record_ttl=env_float(env, "CRHELPER_RECORD_TTL", 86_400.0, minimum=1.0),
             reentry=env_choice(env, "CRHELPER_REENTRY", "auto", ("auto", "local", "fc", "mns", "none")),
         )
+
+
+#: The variables `Settings.from_env` reads: its cache of the process's settings is keyed on their values.
+_SETTINGS_VARIABLES = (
+    "CRHELPER_RESPONSE_HOSTS", "CRHELPER_RESPONSE_METHOD", "CRHELPER_RESPONSE_URL", "CRHELPER_CONNECT_TIMEOUT",
+    "CRHELPER_READ_TIMEOUT", "CRHELPER_RESPONSE_ATTEMPTS", "CRHELPER_BACKOFF_BASE", "CRHELPER_BACKOFF_CAP",
+    "CRHELPER_CA_BUNDLE", "CRHELPER_TLS_VERIFY", "CRHELPER_DEFAULT_TYPE", "CRHELPER_TIMEOUT_MARGIN",
+    "FC_FUNCTION_NAME", "FC_FUNC_CODE_PATH", "CRHELPER_STORE", "CRHELPER_STEP_LEASE", "CRHELPER_RECORD_TTL",
+    "CRHELPER_REENTRY",
+)
+_from_environ: "tuple[tuple[Any, ...], Settings] | None" = None
+
+
+def _environment_key() -> tuple[Any, ...]:
+    """The raw values of `_SETTINGS_VARIABLES` in os.environ. CPython keeps them encoded in a dict
+    (`_data`): reading it spares a decode per variable; any other mapping is read the public way."""
+    data = getattr(os.environ, "_data", None)
+    encode = getattr(os.environ, "encodekey", None)
+    if isinstance(data, dict) and encode is not None:
+        keys = _ENCODED_VARIABLES.get(id(encode))
+        if keys is None:
+            keys = _ENCODED_VARIABLES[id(encode)] = tuple(encode(name) for name in _SETTINGS_VARIABLES)
+        return tuple([data.get(k) for k in keys])
+    return tuple([os.environ.get(name) for name in _SETTINGS_VARIABLES])
+
+
+_ENCODED_VARIABLES: dict[int, tuple[Any, ...]] = {}
 
 
 #: Seconds between "still running" lines while a long operation runs (`crhelper invoke`, the stack

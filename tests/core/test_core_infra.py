@@ -109,6 +109,37 @@ def test_settings_keep_their_defaults_and_names() -> None:
         Settings.from_env({"CRHELPER_READ_TIMEOUT": "0"})
 
 
+def test_the_process_settings_are_parsed_again_only_when_one_of_their_variables_changes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import crhelper.config as config
+
+    for name in config._SETTINGS_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    first = Settings.from_env()
+    assert Settings.from_env() is first  # unchanged environment: the parsed settings again
+    monkeypatch.setenv("CRHELPER_REENTRY", "none")
+    assert Settings.from_env().reentry == "none"
+    monkeypatch.setenv("CRHELPER_READ_TIMEOUT", "0")
+    for _ in range(2):  # a bad value is refused every time, never remembered as the settings
+        with pytest.raises(ConfigError, match="^CRHELPER_READ_TIMEOUT: must be at least 0.1, got 0.0$"):
+            Settings.from_env()
+    monkeypatch.delenv("CRHELPER_READ_TIMEOUT")
+    monkeypatch.delenv("CRHELPER_REENTRY")
+    assert Settings.from_env() == first
+    monkeypatch.setenv("UNRELATED_VARIABLE", "1")
+    assert Settings.from_env() == first
+    # every variable the parser reads is part of the cache's key
+    reads: list[str] = []
+
+    class Recording(dict):  # type: ignore[type-arg]
+        def get(self, name: str, default: Any = None) -> Any:
+            reads.append(name)
+            return super().get(name, default)
+
+    Settings.from_env(Recording())
+    assert set(reads) <= set(config._SETTINGS_VARIABLES)
+
+
 def test_router_config_uses_the_parsers() -> None:
     with pytest.raises(ConfigError, match="^CRHELPER_ROUTER_BACKEND: must be one of local, flynn, got 'k8s'$"):
         RouterConfig.from_env({"CRHELPER_ROUTER_BACKEND": "k8s"})
