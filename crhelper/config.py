@@ -187,7 +187,7 @@ class DeliverySettings(Value):
     """How responses travel to the ResponseURL."""
 
     __slots__ = ("method", "url_mode", "connect_timeout", "read_timeout", "max_attempts", "backoff_base",
-                 "backoff_cap", "allowed_hosts", "ca_bundle", "verify_tls")
+                 "backoff_cap", "allowed_hosts", "ca_bundle", "verify_tls", "keep_alive")
     method: str
     url_mode: str  # public | intranet | auto (intranet first when running on Function Compute)
     connect_timeout: float
@@ -198,14 +198,16 @@ class DeliverySettings(Value):
     allowed_hosts: tuple[str, ...]
     ca_bundle: str | None
     verify_tls: bool
+    #: Seconds a connection the peer kept alive waits, idle, for the next answer to the same peer (0: never kept)
+    keep_alive: float
 
     def __init__(self, method: str = "POST", url_mode: str = "auto", connect_timeout: float = 5.0,
                  read_timeout: float = 15.0, max_attempts: int = 6, backoff_base: float = 0.5,
                  backoff_cap: float = 8.0, allowed_hosts: tuple[str, ...] = (), ca_bundle: str | None = None,
-                 verify_tls: bool = True) -> None:
+                 verify_tls: bool = True, keep_alive: float = 15.0) -> None:
         self._init(method=method, url_mode=url_mode, connect_timeout=connect_timeout, read_timeout=read_timeout,
                    max_attempts=max_attempts, backoff_base=backoff_base, backoff_cap=backoff_cap,
-                   allowed_hosts=allowed_hosts, ca_bundle=ca_bundle, verify_tls=verify_tls)
+                   allowed_hosts=allowed_hosts, ca_bundle=ca_bundle, verify_tls=verify_tls, keep_alive=keep_alive)
 
 
 @dataclass(frozen=True)
@@ -254,6 +256,7 @@ class Settings:
             allowed_hosts=hosts,
             ca_bundle=env.get("CRHELPER_CA_BUNDLE") or None,
             verify_tls=env_bool(env, "CRHELPER_TLS_VERIFY", True),
+            keep_alive=env_float(env, "CRHELPER_RESPONSE_KEEPALIVE", 15.0, maximum=3600.0),
         )
         return cls(
             delivery=delivery,
@@ -271,9 +274,9 @@ class Settings:
 _SETTINGS_VARIABLES = (
     "CRHELPER_RESPONSE_HOSTS", "CRHELPER_RESPONSE_METHOD", "CRHELPER_RESPONSE_URL", "CRHELPER_CONNECT_TIMEOUT",
     "CRHELPER_READ_TIMEOUT", "CRHELPER_RESPONSE_ATTEMPTS", "CRHELPER_BACKOFF_BASE", "CRHELPER_BACKOFF_CAP",
-    "CRHELPER_CA_BUNDLE", "CRHELPER_TLS_VERIFY", "CRHELPER_DEFAULT_TYPE", "CRHELPER_TIMEOUT_MARGIN",
-    "FC_FUNCTION_NAME", "FC_FUNC_CODE_PATH", "CRHELPER_STORE", "CRHELPER_STEP_LEASE", "CRHELPER_RECORD_TTL",
-    "CRHELPER_REENTRY",
+    "CRHELPER_CA_BUNDLE", "CRHELPER_TLS_VERIFY", "CRHELPER_RESPONSE_KEEPALIVE", "CRHELPER_DEFAULT_TYPE",
+    "CRHELPER_TIMEOUT_MARGIN", "FC_FUNCTION_NAME", "FC_FUNC_CODE_PATH", "CRHELPER_STORE", "CRHELPER_STEP_LEASE",
+    "CRHELPER_RECORD_TTL", "CRHELPER_REENTRY",
 )
 _from_environ: "tuple[tuple[Any, ...], Settings] | None" = None
 #: `_SETTINGS_VARIABLES` as os.environ's own dict stores them (encoded once: ~5 us a call otherwise).

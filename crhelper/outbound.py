@@ -294,9 +294,17 @@ def call_at(when: float, fire: Callable[[], None]) -> None:
 
 
 def _reset_after_fork() -> None:
-    """A forked child has no deadline thread; its copy of the heap belongs to the parent's attempts."""
-    global _deadlines
+    """A forked child has no deadline thread; its copy of the heap belongs to the parent's attempts. Its
+    copies of the kept connections are the parent's too: closed here (the parent's stay open), never used."""
+    global _deadlines, _pool
     _deadlines = _Deadlines()
+    inherited, _pool = _pool, _ConnectionPool()
+    try:
+        connections = [connection for entries in inherited._idle.values() for connection, _ in entries]
+    except RuntimeError:  # another thread of the parent was changing it at the fork: left to the collector
+        return
+    for connection in connections:
+        connection.close()
 
 
 if hasattr(os, "register_at_fork"):
@@ -376,13 +384,131 @@ def delivery_budget(settings: DeliverySettings) -> float:
     return delivery_policy(settings).total_budget
 
 
+#: Idle response connections kept at most, per peer and in all (each is a descriptor, and on a local
+#: ResponseURL server a handler thread): enough for a 32-thread queue worker answering one ROS endpoint.
+_IDLE_PER_PEER = 64
+_IDLE_IN_ALL = 128
+#: A reply body longer than this is not read to its end: its connection is closed instead of kept.
+_REUSABLE_REPLY_BYTES = 64 * 1024
+#: A peer, as far as reusing a connection to it goes: scheme, host, port and the trust that verified it.
+_PeerKey = tuple[str, str, int, "str | None", bool]
+
+
+class _StaleConnection(Exception):
+    """A kept connection the peer had closed: nothing of the answer was read, so it goes on a new one."""
+
+
+def _idle_and_open(sock: "socket.socket | None") -> bool:
+    """True when a kept connection can carry the next request: the peer has sent nothing since the last
+    reply (readable while idle means it closed the connection, or sent bytes no request asked for)."""
+    import select  # only once a connection was kept: a cold start makes one delivery
+
+    if sock is None or sock.fileno() < 0:
+        return False
+    pending = getattr(sock, "pending", None)  # TLS bytes already decrypted and buffered
+    if pending is not None and pending():
+        return False
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return not poller.poll(0)
+    try:
+        return not select.select([sock], [], [], 0)[0]
+    except (OSError, ValueError):
+        return False
+
+
+class _ConnectionPool:
+    """Connections the peer keeps alive, for the next answer to the same peer (scheme, host, port and
+    the trust that verified it): a busy worker answering one ROS endpoint skips a TCP and TLS handshake
+    per response. A connection is taken by one attempt at a time; one idle longer than `keep_alive`
+    seconds, or found closed by the peer, is closed instead."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: dict[_PeerKey, list[tuple[http.client.HTTPConnection, float]]] = {}
+        self._count = 0
+
+    def take(self, key: _PeerKey, keep_alive: float) -> http.client.HTTPConnection | None:
+        now = time.monotonic()
+        stale: list[http.client.HTTPConnection] = []
+        found = None
+        with self._lock:
+            kept = self._idle.get(key)
+            while kept:
+                connection, since = kept.pop()  # the most recently used first: the likeliest still open
+                self._count -= 1
+                if now - since < keep_alive:
+                    found = connection
+                    break
+                stale.append(connection)
+                stale.extend(c for c, _ in kept)  # older still: all past their time
+                self._count -= len(kept)
+                kept.clear()
+        for connection in stale:
+            connection.close()
+        if found is not None and not _idle_and_open(found.sock):
+            found.close()
+            return None
+        return found
+
+    def give(self, key: _PeerKey, connection: http.client.HTTPConnection) -> None:
+        evicted: list[http.client.HTTPConnection] = []
+        with self._lock:
+            kept = self._idle.setdefault(key, [])
+            kept.append((connection, time.monotonic()))
+            self._count += 1
+            if len(kept) > _IDLE_PER_PEER:
+                evicted.append(kept.pop(0)[0])
+                self._count -= 1
+            while self._count > _IDLE_IN_ALL:  # the peer idle longest loses its oldest connection
+                oldest = min((k for k, v in self._idle.items() if v), key=lambda k: self._idle[k][0][1])
+                evicted.append(self._idle[oldest].pop(0)[0])
+                self._count -= 1
+            for empty in [k for k, v in self._idle.items() if not v]:
+                del self._idle[empty]
+        for old in evicted:
+            old.close()
+
+    def close_all(self) -> None:
+        with self._lock:
+            kept = [connection for entries in self._idle.values() for connection, _ in entries]
+            self._idle.clear()
+            self._count = 0
+        for connection in kept:
+            connection.close()
+
+
+_pool = _ConnectionPool()
+
+
+def close_idle_connections() -> None:
+    """Close every kept response connection (a test or a process about to exit)."""
+    _pool.close_all()
+
+
 def _attempt(url: str, body: bytes, settings: DeliverySettings, timeout: float) -> int:
-    """One POST within `timeout` seconds of wall-clock time, whatever the peer does."""
+    """One POST within `timeout` seconds of wall-clock time, whatever the peer does: on a connection
+    the peer kept alive after an earlier answer when there is one, else on a new one."""
     where = _target(url)
     ends = time.monotonic() + timeout
-    watchdog = _Watchdog(ends)
     # An explicit port always: http.client would read the last group of an IPv6 literal as one.
     port = where.port or (443 if where.scheme == "https" else 80)
+    key = (where.scheme, where.host, port, settings.ca_bundle, settings.verify_tls)
+    headers = {
+        "Content-Type": "application/json",
+        "Date": formatdate(usegmt=True),
+        "Content-Length": str(len(body)),
+        "Accept": "application/json",
+        "User-Agent": USER_AGENT,
+    }
+    if settings.keep_alive > 0:
+        kept = _pool.take(key, settings.keep_alive)
+        if kept is not None:
+            try:
+                return _exchange(kept, key, url, where.path, body, headers, settings, timeout, ends, reused=True)
+            except _StaleConnection:
+                pass  # the peer closed it while idle and read nothing of this answer: a new connection
     connection: http.client.HTTPConnection
     try:
         if where.scheme == "https":
@@ -392,53 +518,90 @@ def _attempt(url: str, body: bytes, settings: DeliverySettings, timeout: float) 
             connection = http.client.HTTPConnection(where.host, port, timeout=timeout)
     except (http.client.HTTPException, ValueError) as exc:  # their messages may quote the URL
         raise _BadUrl(f"response URL rejected by http.client ({exc.__class__.__name__}): {redact_url(url)}") from None
-    headers = {
-        "Content-Type": "application/json",
-        "Date": formatdate(usegmt=True),
-        "Content-Length": str(len(body)),
-        "Accept": "application/json",
-        "User-Agent": USER_AGENT,
-    }
-
-    def out_of_time() -> _Retryable:
-        return _Retryable(
-            f"no complete answer within the attempt's budget of {timeout:.1f} s "
-            f"(the peer at {redact_url(url)} is too slow)",
-            connection=True,
-        )
-
+    watchdog = _Watchdog(ends)
     try:
-        try:
-            sock = socket.create_connection(
-                (where.host, port), timeout=min(settings.connect_timeout, timeout)
-            )
+        sock = socket.create_connection((where.host, port), timeout=min(settings.connect_timeout, timeout))
+        watchdog.watch(sock)
+        # As http.client's own connect does: headers and body are two writes, and on a kept connection
+        # Nagle's algorithm would hold the body until the peer's delayed ACK of the headers (~40 ms).
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if where.scheme == "https":
+            sock = context.wrap_socket(sock, server_hostname=where.host)  # the handshake runs under the watchdog
             watchdog.watch(sock)
-            if where.scheme == "https":
-                sock = context.wrap_socket(sock, server_hostname=where.host)  # the handshake runs under the watchdog
-                watchdog.watch(sock)
-            connection.sock = sock
-        except (OSError, http.client.HTTPException, ValueError) as exc:
-            if type(exc).__name__ == "SSLCertVerificationError":
-                raise _BadUrl(f"TLS certificate of {where.host} not trusted: {exc}; set CRHELPER_CA_BUNDLE to its CA") from None
-            if watchdog.fired:
-                raise out_of_time() from None
-            raise _Retryable(f"cannot connect: {exc.__class__.__name__}: {exc}", connection=True) from None
+        connection.sock = sock
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        watchdog.stop()
+        connection.close()
+        if type(exc).__name__ == "SSLCertVerificationError":
+            raise _BadUrl(f"TLS certificate of {where.host} not trusted: {exc}; set CRHELPER_CA_BUNDLE to its CA") from None
+        if watchdog.fired:
+            raise _out_of_time(url, timeout) from None
+        raise _Retryable(f"cannot connect: {exc.__class__.__name__}: {exc}", connection=True) from None
+    return _exchange(connection, key, url, where.path, body, headers, settings, timeout, ends, reused=False,
+                     watchdog=watchdog)
+
+
+def _out_of_time(url: str, timeout: float) -> _Retryable:
+    return _Retryable(
+        f"no complete answer within the attempt's budget of {timeout:.1f} s (the peer at {redact_url(url)} is too slow)",
+        connection=True,
+    )
+
+
+def _exchange(
+    connection: http.client.HTTPConnection,
+    key: _PeerKey,
+    url: str,
+    path: str,
+    body: bytes,
+    headers: dict[str, str],
+    settings: DeliverySettings,
+    timeout: float,
+    ends: float,
+    *,
+    reused: bool,
+    watchdog: _Watchdog | None = None,
+) -> int:
+    """Send the answer on a connected `connection` and read the reply, under one watchdog for the whole
+    attempt; the connection goes back to the pool when the reply was read whole and the peer keeps it
+    open. On a kept connection, a failure before any reply byte raises _StaleConnection."""
+    sock = connection.sock
+    if watchdog is None:
+        watchdog = _Watchdog(ends)
+        watchdog.watch(sock)
+    keep = False
+    reply: http.client.HTTPResponse | None = None
+    try:
         sock.settimeout(max(0.001, min(settings.read_timeout, ends - time.monotonic())))
         try:
-            connection.request(settings.method, where.path, body=body, headers=headers)
+            connection.request(settings.method, path, body=body, headers=headers)
             reply = connection.getresponse()
-            reply_text = reply.read(512).decode("utf-8", errors="replace")
+            length = reply.length
+            keep = (settings.keep_alive > 0 and not reply.will_close and length is not None
+                    and length <= _REUSABLE_REPLY_BYTES)
+            reply_bytes = reply.read() if keep else reply.read(512)
+            reply_text = reply_bytes[:512].decode("utf-8", errors="replace")
         except (OSError, http.client.HTTPException, ValueError) as exc:
+            keep = False
             if watchdog.fired:
-                raise out_of_time() from None
+                raise _out_of_time(url, timeout) from None
+            if reused and reply is None and isinstance(exc, (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)):
+                # Sending failed, or the peer closed (RemoteDisconnected) or reset the connection before
+                # a status line: the race of a kept connection the peer had just closed.
+                raise _StaleConnection() from None
             if isinstance(exc, (http.client.InvalidURL, ValueError)):  # its message would quote the URL
                 raise _BadUrl(f"response URL rejected by http.client ({exc.__class__.__name__}): {redact_url(url)}") from None
             raise _Retryable(f"{exc.__class__.__name__}: {exc}") from None
         if watchdog.fired:  # cut short mid-reply: the status line alone is not an answer we can trust
-            raise out_of_time()
+            keep = False
+            raise _out_of_time(url, timeout)
     finally:
         watchdog.stop()
-        connection.close()
+        if keep and not watchdog.fired:
+            _pool.give(key, connection)
+        else:
+            connection.close()
+    assert reply is not None  # every path that leaves it None raised
     status = reply.status
     if 200 <= status < 300:
         return status

@@ -202,6 +202,9 @@ class ResponseServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body are two writes: with Nagle's algorithm on, the body of a reply on a kept
+            # connection waits for the client's delayed ACK of the headers (~40 ms).
+            disable_nagle_algorithm = True
 
             def _serve(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)

@@ -17,13 +17,14 @@ from crhelper.config import DeliverySettings
 from crhelper.logs import configure, redact_url
 from crhelper.outbound import attempt_budget, deliver, delivery_budget
 from crhelper.testing import ResponseServer, make_event
+from tcp_peers import TcpPeer
 
 SLACK = 0.6  # thread scheduling on a busy 2-core machine
 
 REPLY = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
 
 
-class HostilePeer:
+class HostilePeer(TcpPeer):
     """A real TCP server on 127.0.0.1 that misbehaves in one way, on every connection.
 
     trickle: reads the request, then writes a valid 200 reply one byte per `interval`.
@@ -33,39 +34,13 @@ class HostilePeer:
 
     def __init__(self, mode: str, interval: float = 1.0) -> None:
         self.mode, self.interval = mode, interval
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self._listener.settimeout(0.1)
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self.connections = 0
-        self.port = self._listener.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}/ros/public/x?Signature=SECRET"
+        super().__init__()
 
     def __enter__(self) -> "HostilePeer":
-        self._spawn(self._accept)
+        super().__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(5)
-        self._listener.close()
-
-    def _spawn(self, target, *args) -> None:  # type: ignore[no-untyped-def]
-        thread = threading.Thread(target=target, args=args, daemon=True)
-        self._threads.append(thread)
-        thread.start()
-
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._listener.accept()
-            except (socket.timeout, OSError):
-                continue
-            self.connections += 1
-            self._spawn(self._serve, conn)
-
-    def _serve(self, conn: socket.socket) -> None:
+    def serve(self, conn: socket.socket, number: int) -> None:
         conn.settimeout(0.2)
         try:
             if self.mode == "trickle":
