@@ -25,7 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from crhelper import Provider, Request, Result
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # this tree's crhelper, not the installed one (a worktree A/B measures its own code)
+
+from crhelper import Provider, Request, Result  # noqa: E402
 
 provider = Provider()
 HERE = Path(__file__).resolve()

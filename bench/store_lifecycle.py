@@ -11,17 +11,22 @@ interleaved: it isolates what the store transactions of a request cost from deli
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
-from crhelper import Provider, Result
-from crhelper.config import Settings
-from crhelper.lifecycle import Lifecycle
-from crhelper.request import parse_request
-from crhelper.runtime import guarded_runner
-from crhelper.store import open_store
-from crhelper.testing import make_event
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # this tree's crhelper, not the installed one (a worktree A/B measures its own code)
+
+from crhelper import Provider, Result  # noqa: E402
+from crhelper.config import Settings  # noqa: E402
+from crhelper.lifecycle import Lifecycle  # noqa: E402
+from crhelper.request import parse_request  # noqa: E402
+from crhelper.runtime import guarded_runner  # noqa: E402
+from crhelper.store import open_store  # noqa: E402
+from crhelper.testing import make_event  # noqa: E402
 
 
 def main() -> None:

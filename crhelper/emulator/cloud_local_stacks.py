@@ -8,7 +8,7 @@ learns what they find and runs it, while the stack that made it keeps owning it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..servicetoken import FcFunctionToken, MnsTopicToken, ServiceTokenError, parse_service_token
@@ -22,6 +22,11 @@ FC2_FUNCTION, FC3_FUNCTION = "ALIYUN::FC::Function", "ALIYUN::FC3::Function"
 FC2_SERVICE, FC2_TRIGGER, FC3_TRIGGER = "ALIYUN::FC::Service", "ALIYUN::FC::Trigger", "ALIYUN::FC3::Trigger"
 FC3_ASYNC = "ALIYUN::FC3::AsyncInvokeConfig"
 FunctionKey = tuple[str, str]  # (service or "", function)
+#: The resource types `function_with_settings`, `topic_trigger` and `live_tokens` read: a lookup over
+#: the stacks of a home loads only these (a stack of 200 custom resources then costs one row's read).
+FUNCTION_TYPES = (FC2_FUNCTION, FC3_FUNCTION, FC2_SERVICE, FC3_ASYNC)
+TRIGGER_TYPES = (FC2_TRIGGER, FC3_TRIGGER)
+TOKEN_TYPES = (FC2_FUNCTION, FC3_FUNCTION, FC2_TRIGGER, FC3_TRIGGER)
 
 
 def function_key(type_name: str, properties: Mapping[str, Any]) -> FunctionKey:
@@ -90,23 +95,26 @@ def canonical_token(token: str) -> str | None:
     return parsed.format() if isinstance(parsed, (FcFunctionToken, MnsTopicToken)) else None
 
 
-def stack_records(store: "StackStore", region: str | None = None, account_id: str | None = None) -> list["StackRecord"]:
-    """Every stack of `store` (of one region and account when given)."""
+def stack_records(store: "StackStore", region: str | None = None, account_id: str | None = None,
+                  resource_types: Collection[str] | None = None) -> list["StackRecord"]:
+    """Every stack of `store` (of one region and account when given), with only the resources of
+    `resource_types` when given."""
     found = []
     for name in store.names():
-        record = store.load(name)
+        record = store.load(name, resource_types=resource_types)
         if record is not None and (region is None or (record.region, record.account_id) == (region, account_id)):
             found.append(record)
     return found
 
 
-def home_records(region: str, account_id: str) -> list["StackRecord"]:
-    """The stacks of this machine's emulator home ($CRHELPER_HOME), of one region and account."""
+def home_records(region: str, account_id: str, resource_types: Collection[str] | None = None) -> list["StackRecord"]:
+    """The stacks of this machine's emulator home ($CRHELPER_HOME), of one region and account (with
+    only the resources of `resource_types` when given)."""
     from .. import paths
     from .state import StackStore
 
     store = StackStore(paths.home())
     try:
-        return stack_records(store, region, account_id)
+        return stack_records(store, region, account_id, resource_types)
     finally:
         store.close()

@@ -46,7 +46,7 @@ from .cloud_fc import lower_first
 from .cloud_local_mns import MNS_TYPES, LocalMnsResources
 from .cloud_local_oss import LocalOss, OssError, OssFolder
 from .cloud_local_stacks import (FC2_FUNCTION, FC2_SERVICE, FC2_TRIGGER, FC3_ASYNC, FC3_FUNCTION, FC3_TRIGGER,
-                                 function_key as _function_key, function_with_settings, home_records, live_resources,
+                                 FUNCTION_TYPES, TRIGGER_TYPES, function_key as _function_key, function_with_settings, home_records, live_resources,
                                  topic_trigger, trigger_function as _trigger_function, trigger_topic as _trigger_topic)
 from .cloud_registry import cloud_type, is_cloud_token
 from .protocol import Deliverer, Outcome, failure
@@ -572,7 +572,7 @@ class CloudSession:
 
     def _adopt_topic(self, topic: str) -> tuple[tuple[str, str], str] | None:
         """The mns_topic trigger of `topic` in another stack of this emulator home, learned."""
-        for record in home_records(self.region, self.account_id):
+        for record in home_records(self.region, self.account_id, TRIGGER_TYPES):
             trigger = topic_trigger(live_resources(record), topic)
             if trigger is not None:
                 self._remember(trigger.resource_type, trigger.properties)
@@ -584,7 +584,7 @@ class CloudSession:
         """Learn a live function of another stack in this emulator home (a deployment template's
         stack, whose outputs gave this stack its ServiceToken), to run it in this operation's
         endpoint as it is recorded there; its own stack keeps owning it (it is never deleted here)."""
-        for record in home_records(self.region, self.account_id):
+        for record in home_records(self.region, self.account_id, FUNCTION_TYPES):
             found = function_with_settings(live_resources(record), key)
             for resource in found:
                 self._remember(resource.resource_type, resource.properties)

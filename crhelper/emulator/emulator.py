@@ -216,9 +216,9 @@ class StackEmulator:
         functions, so they need no binding."""
         if not any(token.startswith(("acs:fc:", "acs:mns:")) for token in tokens):
             return tokens
-        from .cloud_local_stacks import canonical_token, live_tokens, stack_records
+        from .cloud_local_stacks import TOKEN_TYPES, canonical_token, live_tokens, stack_records
 
-        served = live_tokens(stack_records(self.store))
+        served = live_tokens(stack_records(self.store, resource_types=TOKEN_TYPES))
         return {token: names for token, names in tokens.items() if canonical_token(token) not in served}
 
     def _prepare_delete(self, record: StackRecord, retain: Collection[str], retain_all: bool) -> PreparedOperation:

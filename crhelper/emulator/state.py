@@ -16,7 +16,7 @@ import os
 import socket
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -226,17 +226,26 @@ class StackStore:
                 [_resource_row(record, r) for r in record.resources.values()],
             )
 
-    def load(self, name: str, *, with_resources: bool = True) -> StackRecord | None:
+    def load(self, name: str, *, with_resources: bool = True,
+             resource_types: Collection[str] | None = None) -> StackRecord | None:
         """The stored stack; `with_resources=False` leaves `resources` empty (a status poll of a big
-        stack then reads one row)."""
+        stack then reads one row); `resource_types` keeps only resources of those types (a lookup of
+        another stack's functions then parses none of its other resources)."""
         self.flush()
         with self._connect() as db:
             row = db.execute(f"SELECT {_STACK_COLUMNS} FROM stacks WHERE name = ?", (name,)).fetchone()
             if row is None:
                 return None
-            resources = db.execute(
-                "SELECT body FROM resources WHERE stack_id = ? ORDER BY position", (row[1],)
-            ).fetchall() if with_resources else []
+            if not with_resources:
+                resources = []
+            elif resource_types is None:
+                resources = db.execute(
+                    "SELECT body FROM resources WHERE stack_id = ? ORDER BY position", (row[1],)).fetchall()
+            else:
+                types = sorted(set(resource_types))
+                resources = db.execute(
+                    f"SELECT body FROM resources WHERE stack_id = ? AND resource_type IN ({', '.join('?' * len(types))})"
+                    " ORDER BY position", (row[1], *types)).fetchall() if types else []
         record = StackRecord(
             name=row[0],
             stack_id=row[1],

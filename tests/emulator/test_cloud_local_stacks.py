@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from crhelper.emulator.cloud_local_stacks import canonical_token, function_with_settings, live_resources, live_tokens
+from crhelper.emulator.cloud_local_stacks import (FUNCTION_TYPES, TOKEN_TYPES, TRIGGER_TYPES, canonical_token,
+                                                  function_with_settings, live_resources, live_tokens, stack_records,
+                                                  topic_trigger)
 from crhelper.emulator.cloud_registry import cloud_token
 from crhelper.emulator.model import ResourceRecord, StackRecord
+from crhelper.emulator.state import StackStore
 
 
 def resource(logical: str, type_name: str, physical: str | None, status: str = "CREATE_COMPLETE",
@@ -49,3 +53,39 @@ def test_a_function_comes_with_what_it_needs_to_run() -> None:
     assert [r.logical_id for r in function_with_settings(live, ("svc", "two"))] == ["Svc", "Fn2"]
     assert [r.logical_id for r in function_with_settings(live, ("", "three"))] == ["Async", "Fn3"]
     assert function_with_settings(live, ("", "gone")) == [] and function_with_settings(live, ("", "never")) == []
+
+
+def test_lookups_over_a_home_read_only_the_types_they_need_and_find_the_same(tmp_path: Path) -> None:
+    """A stack of many custom resources beside the deployment stack: a function lookup per request must
+    not parse every resource of every stack (it ran once per delivery), and must find what a full read finds."""
+    busy = StackRecord(name="busy", stack_id="b", region="cn-hangzhou", account_id="123456789",
+                       template_text="", parameters={}, no_echo=[], status="CREATE_IN_PROGRESS")
+    for i in range(50):
+        item = ResourceRecord(f"Sleep{i}", "Custom::Sleep", "acs:fc:cn-hangzhou:123456789:functions/x", 60,
+                              physical_id=f"sleep-{i}", status="CREATE_COMPLETE")
+        busy.resources[item.logical_id] = item
+    store = StackStore(tmp_path)
+    try:
+        store.save(deploy_stack())
+        store.save(busy)
+        def read(**options: Any) -> dict[str, StackRecord]:
+            return {r.name: r for r in stack_records(store, **options)}
+
+        full = read(region="cn-hangzhou", account_id="123456789")
+        functions = read(region="cn-hangzhou", account_id="123456789", resource_types=FUNCTION_TYPES)
+        triggers = read(region="cn-hangzhou", account_id="123456789", resource_types=TRIGGER_TYPES)
+        tokens = read(resource_types=TOKEN_TYPES)
+        assert {name: len(r.resources) for name, r in full.items()} == {"providers": 7, "busy": 50}
+        assert {name: list(r.resources) for name, r in functions.items()} == {
+            "providers": ["Svc", "Fn2", "Fn3", "Async", "Gone", "Never"], "busy": []}
+        assert {name: list(r.resources) for name, r in triggers.items()} == {"providers": ["OnTopic"], "busy": []}
+        assert read(resource_types=())["providers"].resources == {}
+        for key in (("svc", "two"), ("", "three"), ("", "gone")):
+            assert ([r.logical_id for r in function_with_settings(live_resources(functions["providers"]), key)]
+                    == [r.logical_id for r in function_with_settings(live_resources(full["providers"]), key)])
+        assert (topic_trigger(live_resources(triggers["providers"]), "requests")
+                == topic_trigger(live_resources(full["providers"]), "requests") is not None)
+        assert live_tokens(tokens.values()) == live_tokens(full.values()) != set()
+        assert read(region="cn-shanghai", account_id="123456789", resource_types=FUNCTION_TYPES) == {}
+    finally:
+        store.close()
