@@ -300,8 +300,8 @@ def _reset_after_fork() -> None:
     _deadlines = _Deadlines()
     inherited, _pool = _pool, _ConnectionPool()
     try:
-        connections = [connection for entries in inherited._idle.values() for connection, _ in entries]
-    except RuntimeError:  # another thread of the parent was changing it at the fork: left to the collector
+        connections = inherited.detach()  # not under its lock: a parent's thread may have held it at the fork
+    except RuntimeError:  # that thread was changing it at the fork: left to the collector
         return
     for connection in connections:
         connection.close()
@@ -426,28 +426,27 @@ class _ConnectionPool:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        #: Per peer, its idle connections and since when each is idle, oldest first; never an empty list.
         self._idle: dict[_PeerKey, list[tuple[http.client.HTTPConnection, float]]] = {}
-        self._count = 0
 
     def take(self, key: _PeerKey, keep_alive: float) -> http.client.HTTPConnection | None:
         now = time.monotonic()
-        stale: list[http.client.HTTPConnection] = []
-        found = None
         with self._lock:
             kept = self._idle.get(key)
-            while kept:
-                connection, since = kept.pop()  # the most recently used first: the likeliest still open
-                self._count -= 1
-                if now - since < keep_alive:
-                    found = connection
-                    break
-                stale.append(connection)
-                stale.extend(c for c, _ in kept)  # older still: all past their time
-                self._count -= len(kept)
+            if not kept:
+                return None
+            found, since = kept.pop()  # the most recently used: the likeliest still open
+            stale = []
+            if now - since >= keep_alive:  # and every older one is past its time too
+                stale = [found] + [connection for connection, _ in kept]
                 kept.clear()
-        for connection in stale:
-            connection.close()
-        if found is not None and not _idle_and_open(found.sock):
+            if not kept:
+                del self._idle[key]
+        if stale:
+            for connection in stale:
+                connection.close()
+            return None
+        if not _idle_and_open(found.sock):
             found.close()
             return None
         return found
@@ -455,27 +454,27 @@ class _ConnectionPool:
     def give(self, key: _PeerKey, connection: http.client.HTTPConnection) -> None:
         evicted: list[http.client.HTTPConnection] = []
         with self._lock:
-            kept = self._idle.setdefault(key, [])
-            kept.append((connection, time.monotonic()))
-            self._count += 1
-            if len(kept) > _IDLE_PER_PEER:
-                evicted.append(kept.pop(0)[0])
-                self._count -= 1
-            while self._count > _IDLE_IN_ALL:  # the peer idle longest loses its oldest connection
-                oldest = min((k for k, v in self._idle.items() if v), key=lambda k: self._idle[k][0][1])
+            self._idle.setdefault(key, []).append((connection, time.monotonic()))
+            if len(self._idle[key]) > _IDLE_PER_PEER:
+                evicted.append(self._idle[key].pop(0)[0])
+            while sum(len(kept) for kept in self._idle.values()) > _IDLE_IN_ALL:
+                oldest = min(self._idle, key=lambda peer: self._idle[peer][0][1])  # idle longest
                 evicted.append(self._idle[oldest].pop(0)[0])
-                self._count -= 1
-            for empty in [k for k, v in self._idle.items() if not v]:
-                del self._idle[empty]
+                if not self._idle[oldest]:
+                    del self._idle[oldest]
         for old in evicted:
             old.close()
 
+    def detach(self) -> list[http.client.HTTPConnection]:
+        """Every idle connection, now the caller's to close; the pool is left empty."""
+        connections = [connection for kept in self._idle.values() for connection, _ in kept]
+        self._idle = {}
+        return connections
+
     def close_all(self) -> None:
         with self._lock:
-            kept = [connection for entries in self._idle.values() for connection, _ in entries]
-            self._idle.clear()
-            self._count = 0
-        for connection in kept:
+            connections = self.detach()
+        for connection in connections:
             connection.close()
 
 
@@ -593,7 +592,6 @@ def _exchange(
                 raise _BadUrl(f"response URL rejected by http.client ({exc.__class__.__name__}): {redact_url(url)}") from None
             raise _Retryable(f"{exc.__class__.__name__}: {exc}") from None
         if watchdog.fired:  # cut short mid-reply: the status line alone is not an answer we can trust
-            keep = False
             raise _out_of_time(url, timeout)
     finally:
         watchdog.stop()

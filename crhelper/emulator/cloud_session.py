@@ -46,8 +46,9 @@ from .cloud_fc import lower_first
 from .cloud_local_mns import MNS_TYPES, LocalMnsResources
 from .cloud_local_oss import LocalOss, OssError, OssFolder
 from .cloud_local_stacks import (FC2_FUNCTION, FC2_SERVICE, FC2_TRIGGER, FC3_ASYNC, FC3_FUNCTION, FC3_TRIGGER,
-                                 FUNCTION_TYPES, TRIGGER_TYPES, function_key as _function_key, function_with_settings, home_records, live_resources,
-                                 topic_trigger, trigger_function as _trigger_function, trigger_topic as _trigger_topic)
+                                 FUNCTION_TYPES, TRIGGER_TYPES, function_key as _function_key, function_with_settings,
+                                 home_records, live_resources, topic_trigger, trigger_function as _trigger_function,
+                                 trigger_topic as _trigger_topic)
 from .cloud_registry import cloud_type, is_cloud_token
 from .protocol import Deliverer, Outcome, failure
 

@@ -116,16 +116,12 @@ def no_kept_connections() -> Iterator[None]:
     close_idle_connections()
 
 
-def peer(step: Step) -> ScriptedPeer:
-    return ScriptedPeer(step)
-
-
 def answer(url: str, n: int, **overrides: float) -> list[bool]:
     return [deliver(f'{{"n": {i}}}'.encode(), url, None, settings(**overrides)).delivered for i in range(n)]
 
 
 def test_five_answers_to_one_peer_go_on_one_connection_each_read_whole() -> None:
-    with peer(lambda c, r: "ok") as server:
+    with ScriptedPeer(lambda c, r: "ok") as server:
         assert answer(server.url, 5) == [True] * 5
         assert server.connections == 1
         assert [(c, r, body) for c, r, body in server.requests] == [(1, i + 1, f'{{"n": {i}}}'.encode()) for i in range(5)]
@@ -133,14 +129,14 @@ def test_five_answers_to_one_peer_go_on_one_connection_each_read_whole() -> None
 
 @pytest.mark.parametrize("action", ["close", "until-close", "big"])
 def test_a_connection_the_peer_closes_or_whose_reply_is_not_read_whole_is_not_kept(action: str) -> None:
-    with peer(lambda c, r: action) as server:
+    with ScriptedPeer(lambda c, r: action) as server:
         assert answer(server.url, 3) == [True] * 3
         assert server.connections == 3
         assert [(c, r) for c, r, _ in server.requests] == [(1, 1), (2, 1), (3, 1)]
 
 
 def test_a_connection_the_peer_closed_while_idle_is_not_used_and_the_answer_goes_in_one_attempt() -> None:
-    with peer(lambda c, r: "ok-then-vanish") as server:
+    with ScriptedPeer(lambda c, r: "ok-then-vanish") as server:
         first = deliver(b'{"n": 0}', server.url, None, settings())
         time.sleep(0.2)  # the peer's FIN is in
         second = deliver(b'{"n": 1}', server.url, None, settings())
@@ -151,7 +147,7 @@ def test_a_connection_the_peer_closed_while_idle_is_not_used_and_the_answer_goes
 def test_a_kept_connection_the_peer_drops_on_the_next_request_is_replaced_within_the_same_attempt() -> None:
     """The race of keep-alive: the peer closes the idle connection as the next request goes out. Nothing
     of a reply was read, so the answer goes again on a new connection, still one attempt."""
-    with peer(lambda c, r: "drop" if (c, r) == (1, 2) else "ok") as server:
+    with ScriptedPeer(lambda c, r: "drop" if (c, r) == (1, 2) else "ok") as server:
         assert deliver(b'{"n": 0}', server.url, None, settings()).delivered
         report = deliver(b'{"n": 1}', server.url, None, settings())
         assert (report.delivered, report.attempts) == (True, 1)
@@ -160,7 +156,7 @@ def test_a_kept_connection_the_peer_drops_on_the_next_request_is_replaced_within
 
 
 def test_a_new_connection_the_peer_drops_is_a_failed_attempt_not_a_silent_resend() -> None:
-    with peer(lambda c, r: "drop") as server:
+    with ScriptedPeer(lambda c, r: "drop") as server:
         report = deliver(b"{}", server.url, None, settings())
         assert not report.delivered and report.attempts == 1
         assert "RemoteDisconnected" in (report.error or "")
@@ -168,7 +164,7 @@ def test_a_new_connection_the_peer_drops_is_a_failed_attempt_not_a_silent_resend
 
 
 def test_a_trickling_reply_on_a_kept_connection_is_bounded_by_the_attempt_budget() -> None:
-    with peer(lambda c, r: "trickle" if r == 2 else "ok") as server:
+    with ScriptedPeer(lambda c, r: "trickle" if r == 2 else "ok") as server:
         assert deliver(b"{}", server.url, None, settings()).delivered
         started = time.monotonic()
         report = deliver(b"{}", server.url, None, settings(read_timeout=0.5, connect_timeout=0.2))
@@ -181,10 +177,10 @@ def test_a_trickling_reply_on_a_kept_connection_is_bounded_by_the_attempt_budget
 
 
 def test_keep_alive_zero_opens_a_new_connection_per_answer_and_a_short_one_lapses() -> None:
-    with peer(lambda c, r: "ok") as server:
+    with ScriptedPeer(lambda c, r: "ok") as server:
         assert answer(server.url, 3, keep_alive=0.0) == [True] * 3
         assert server.connections == 3
-    with peer(lambda c, r: "ok") as server:
+    with ScriptedPeer(lambda c, r: "ok") as server:
         assert answer(server.url, 2, keep_alive=0.3) == [True] * 2
         time.sleep(0.4)
         assert answer(server.url, 1, keep_alive=0.3) == [True]
@@ -208,7 +204,7 @@ def test_https_answers_share_one_verified_connection_and_a_peer_closing_it_is_no
 
 
 def test_connections_are_kept_per_peer_and_per_trust_setting() -> None:
-    with peer(lambda c, r: "ok") as one, peer(lambda c, r: "ok") as two:
+    with ScriptedPeer(lambda c, r: "ok") as one, ScriptedPeer(lambda c, r: "ok") as two:
         for _ in range(2):
             assert answer(one.url, 1) == [True] and answer(two.url, 1) == [True]
         assert (one.connections, two.connections) == (1, 1)
@@ -217,7 +213,7 @@ def test_connections_are_kept_per_peer_and_per_trust_setting() -> None:
 
 
 def test_concurrent_answers_each_take_their_own_connection_and_keep_it_for_the_next() -> None:
-    with peer(lambda c, r: "ok") as server:
+    with ScriptedPeer(lambda c, r: "ok") as server:
         barrier = threading.Barrier(8)
         results: list[bool] = []
 
@@ -242,7 +238,7 @@ def test_concurrent_answers_each_take_their_own_connection_and_keep_it_for_the_n
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX")
 def test_a_forked_child_never_uses_the_connection_its_parent_kept() -> None:
-    with peer(lambda c, r: "ok") as server:
+    with ScriptedPeer(lambda c, r: "ok") as server:
         assert answer(server.url, 1) == [True]
         pid = os.fork()
         if pid == 0:  # the child: a new connection of its own, the parent's left alone
